@@ -1,0 +1,345 @@
+//! `Idempotent`: the handle applications call.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::machine::{decide, Decision};
+use crate::{
+    Begin, Error, Fingerprint, Insert, Key, Lease, NewRecord, Replay, State, Store, Token, When,
+};
+
+/// The default lease: how long a crashed owner blocks its key.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// The default retention: how long outcomes are kept and replayed.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+// A takeover that loses a race looks again; each loss means another caller
+// changed the record, so a few rounds settle it.
+const MAX_ROUNDS: usize = 8;
+
+/// Runs work at most once per idempotency key and replays its outcome.
+///
+/// Cheap to clone and share: it holds an `Arc` of the store and its
+/// settings. See the [crate docs](crate) for the lifecycle.
+#[derive(Debug, Clone)]
+pub struct Idempotent {
+    store: Arc<dyn Store>,
+    namespace: Arc<str>,
+    scope: Arc<str>,
+    lease: Duration,
+    retention: Duration,
+    wait: Option<Duration>,
+}
+
+impl Idempotent {
+    /// Wraps a store, with a 60 s lease, a 24 h retention, no namespace and
+    /// no scope. Accepts an `Arc<dyn Store>` as well as a store by value.
+    pub fn new<S: Store>(store: S) -> Idempotent {
+        Idempotent::from_arc(Arc::new(store))
+    }
+
+    /// Wraps a shared store without adding another `Arc`.
+    pub fn from_arc(store: Arc<dyn Store>) -> Idempotent {
+        Idempotent {
+            store,
+            namespace: Arc::from(""),
+            scope: Arc::from(""),
+            lease: DEFAULT_LEASE,
+            retention: DEFAULT_RETENTION,
+            wait: None,
+        }
+    }
+
+    /// Sets the lease: how long a claimed key stays blocked without a
+    /// heartbeat. The heartbeat renews it every third of this while work
+    /// runs, so it only bounds how long a *crashed* owner blocks the key.
+    /// Zero is raised to one millisecond.
+    pub fn with_lease(mut self, lease: Duration) -> Idempotent {
+        self.lease = lease.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets the retention: how long a recorded outcome is replayed. A
+    /// retention shorter than the lease is raised to the lease for claimed
+    /// keys, so that a live lease is never forgotten.
+    pub fn with_retention(mut self, retention: Duration) -> Idempotent {
+        self.retention = retention.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets the namespace that separates applications sharing one store.
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Idempotent {
+        self.namespace = Arc::from(namespace.into());
+        self
+    }
+
+    /// Makes a caller that finds the key in progress wait up to `wait` for
+    /// the outcome (polling the store with backoff) instead of returning
+    /// [`Error::InProgress`] at once.
+    pub fn with_wait(mut self, wait: Duration) -> Idempotent {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The same settings within a tenant's or principal's scope: the same
+    /// client key in two scopes names two different records.
+    pub fn scoped(&self, scope: impl Into<String>) -> Idempotent {
+        Idempotent {
+            scope: Arc::from(scope.into()),
+            ..self.clone()
+        }
+    }
+
+    /// The store behind this handle.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The lease length.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The retention length.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The full key for a client key in this handle's namespace and scope.
+    pub fn key(&self, client_key: &str) -> Result<Key, Error> {
+        Ok(Key::new(&self.namespace, &self.scope, client_key)?)
+    }
+
+    /// Runs `work` once for `key` and `body`, records its outcome, and
+    /// replays that outcome to every retry with the same key and body.
+    ///
+    /// * `Ok(value)` is recorded and returned; retries get an equal value
+    ///   without running `work`.
+    /// * `Err(e)` releases the key (a retry runs `work` again) and returns
+    ///   [`Error::Work`]. To record chosen errors instead, use
+    ///   [`execute_remembering`](Idempotent::execute_remembering).
+    /// * The same key with another body is [`Error::Mismatch`]; a key held by
+    ///   a running call is [`Error::InProgress`].
+    ///
+    /// While `work` runs, its lease is renewed in this same task. If the
+    /// future is dropped, or `work` panics, the key stays claimed until its
+    /// lease lapses and then one retry takes it over.
+    pub async fn execute<B, T, E, F, Fut>(
+        &self,
+        key: &str,
+        body: &B,
+        work: F,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send,
+        E: Send,
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        self.call(
+            key,
+            body,
+            work,
+            |_| None,
+            |payload| match serde_json::from_slice(payload) {
+                Ok(value) => Error::Remembered(value),
+                Err(e) => Error::Decode(e),
+            },
+        )
+        .await
+    }
+
+    /// Like [`execute`](Idempotent::execute), but an error for which
+    /// `remember` returns `true` is recorded as `Failed` and replayed to
+    /// every retry as [`Error::Work`] instead of releasing the key. Use it
+    /// for final answers such as "card declined".
+    pub async fn execute_remembering<B, T, E, R, F, Fut>(
+        &self,
+        key: &str,
+        body: &B,
+        remember: R,
+        work: F,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send,
+        E: Serialize + DeserializeOwned + Send,
+        R: FnOnce(&E) -> bool + Send,
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        self.call(
+            key,
+            body,
+            work,
+            |error| remember(error).then(|| serde_json::to_vec(error)),
+            |payload| match serde_json::from_slice(payload) {
+                Ok(error) => Error::Work(error),
+                Err(e) => Error::Decode(e),
+            },
+        )
+        .await
+    }
+
+    async fn call<B, T, E, F, Fut>(
+        &self,
+        key: &str,
+        body: &B,
+        work: F,
+        remember: impl FnOnce(&E) -> Option<serde_json::Result<Vec<u8>>> + Send,
+        replay_failure: impl FnOnce(&[u8]) -> Error<E> + Send,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send,
+        E: Send,
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
+        // The key is checked before the body is even encoded: an invalid key
+        // touches nothing.
+        let key = self.key(key).map_err(Error::into_work_error)?;
+        let fingerprint = Fingerprint::of_json(body).map_err(Error::Encode)?;
+        let lease = match self.begin_key(key, fingerprint).await {
+            Ok(Begin::Run(lease)) => lease,
+            Ok(Begin::Replay(replay)) if replay.is_failure() => {
+                return Err(replay_failure(replay.payload()))
+            }
+            Ok(Begin::Replay(replay)) => {
+                return serde_json::from_slice(replay.payload()).map_err(Error::Decode)
+            }
+            Err(error) => return Err(error.into_work_error()),
+        };
+
+        let (outcome, lost) = run_with_heartbeat(&lease, work()).await;
+        if lost {
+            return match outcome {
+                Err(error) => Err(Error::Work(error)),
+                Ok(_) => Err(Error::LeaseLost),
+            };
+        }
+        match outcome {
+            Ok(value) => {
+                // An outcome that cannot be encoded leaves the key claimed:
+                // the work ran, so releasing it would invite a second run.
+                let payload = serde_json::to_vec(&value).map_err(Error::Encode)?;
+                lease
+                    .complete(&payload)
+                    .await
+                    .map_err(Error::into_work_error)?;
+                Ok(value)
+            }
+            Err(error) => {
+                let settled = match remember(&error) {
+                    Some(Ok(payload)) => lease.fail(&payload).await,
+                    Some(Err(encode)) => {
+                        tracing::warn!(key = %lease.key(), error = %encode,
+                            "a failure to remember cannot be encoded; releasing the key");
+                        lease.release().await
+                    }
+                    None => lease.release().await,
+                };
+                if let Err(settle) = settled {
+                    // The work's own error is what the caller must see; the
+                    // key stays claimed until its lease lapses.
+                    tracing::warn!(key = %lease.key(), error = %settle,
+                        "could not settle the key after the work failed");
+                }
+                Err(Error::Work(error))
+            }
+        }
+    }
+
+    /// Claims `key` for a request with this fingerprint, or finds its
+    /// recorded outcome. The lower-level API that frameworks (the HTTP
+    /// layer) are built on; [`execute`](Idempotent::execute) is this plus
+    /// running the work, the heartbeat and the recording.
+    ///
+    /// Costs one store round trip, and one more to take over a key whose
+    /// owner's lease lapsed.
+    pub async fn begin(&self, key: &str, fingerprint: Fingerprint) -> Result<Begin, Error> {
+        self.begin_key(self.key(key)?, fingerprint).await
+    }
+
+    async fn begin_key(&self, key: Key, fingerprint: Fingerprint) -> Result<Begin, Error> {
+        let waiting_until = self.wait.map(|wait| tokio::time::Instant::now() + wait);
+        let mut backoff = Duration::from_millis(5);
+        let mut retry_after = Duration::ZERO;
+        for _ in 0..MAX_ROUNDS {
+            let token = Token::random();
+            let record = NewRecord {
+                token,
+                fingerprint,
+                state: State::InFlight,
+                payload: &[],
+                lease: Some(self.lease),
+                retention: self.retention.max(self.lease),
+            };
+            let found = match self.store.insert(key.as_str(), &record).await {
+                Ok(Insert::Inserted) => {
+                    return Ok(Begin::Run(self.lease_for(key, token, fingerprint)))
+                }
+                Ok(Insert::Found(found)) => found,
+                Err(source) => return Err(Error::store(source, When::BeforeWork)),
+            };
+            match decide(&found, &fingerprint) {
+                Decision::Mismatch => return Err(Error::Mismatch),
+                Decision::Replay => {
+                    return Ok(Begin::Replay(Replay::new(found.state, found.payload)))
+                }
+                Decision::TakeOver(old) => {
+                    match self.store.take_over(key.as_str(), old, &record).await {
+                        Ok(true) => return Ok(Begin::Run(self.lease_for(key, token, fingerprint))),
+                        // Another recoverer won, or the owner renewed or
+                        // finished just in time: look again.
+                        Ok(false) => continue,
+                        Err(source) => return Err(Error::store(source, When::BeforeWork)),
+                    }
+                }
+                Decision::InProgress(left) => {
+                    retry_after = left;
+                    let now = tokio::time::Instant::now();
+                    match waiting_until {
+                        Some(until) if now < until => {
+                            tokio::time::sleep(backoff.min(left).min(until - now)).await;
+                            backoff = (backoff * 2).min(Duration::from_millis(250));
+                        }
+                        _ => return Err(Error::InProgress { retry_after: left }),
+                    }
+                }
+            }
+        }
+        Err(Error::InProgress { retry_after })
+    }
+
+    fn lease_for(&self, key: Key, token: Token, fingerprint: Fingerprint) -> Lease {
+        Lease::new(
+            Arc::clone(&self.store),
+            key,
+            token,
+            fingerprint,
+            self.lease,
+            self.retention.max(self.lease),
+        )
+    }
+}
+
+/// Polls `work` and the lease's heartbeat together in this task, so no
+/// spawned task can outlive the call. Returns the work's outcome and whether
+/// the lease was found lost while it ran.
+async fn run_with_heartbeat<Fut: Future>(lease: &Lease, work: Fut) -> (Fut::Output, bool) {
+    let mut work = std::pin::pin!(work);
+    let heartbeat = lease.heartbeat();
+    let mut heartbeat = std::pin::pin!(heartbeat);
+    tokio::select! {
+        biased;
+        outcome = &mut work => (outcome, false),
+        () = &mut heartbeat => (work.await, true),
+    }
+}

@@ -1,0 +1,174 @@
+//! The begin/complete API for frameworks: a claimed key is a [`Lease`], a
+//! recorded one is a [`Replay`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Error, Fingerprint, Key, NewRecord, State, Store, Token, When};
+
+/// What [`Idempotent::begin`](crate::Idempotent::begin) decided.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Begin {
+    /// The key is yours: run the work, then [`complete`](Lease::complete),
+    /// [`fail`](Lease::fail) or [`release`](Lease::release).
+    Run(Lease),
+    /// The outcome is recorded: return it without running anything.
+    Replay(Replay),
+}
+
+/// A recorded outcome found by [`begin`](crate::Idempotent::begin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    failed: bool,
+    payload: Vec<u8>,
+}
+
+impl Replay {
+    pub(crate) fn new(state: State, payload: Vec<u8>) -> Replay {
+        Replay {
+            failed: state == State::Failed,
+            payload,
+        }
+    }
+
+    /// Whether the recorded outcome is a remembered failure
+    /// ([`Lease::fail`]) rather than a success.
+    pub fn is_failure(&self) -> bool {
+        self.failed
+    }
+
+    /// The payload exactly as it was recorded.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The payload, by value.
+    pub fn into_payload(self) -> Vec<u8> {
+        self.payload
+    }
+}
+
+/// The right to run the work for one key, fenced by a token.
+///
+/// Every method is a compare-and-set on the token: once another caller has
+/// taken the key over (because this lease lapsed), they all return
+/// [`Error::LeaseLost`] and change nothing. Dropping a `Lease` without
+/// finishing it leaves the key claimed until the lease lapses: the work may
+/// have had its side effect, so nothing is released early.
+#[derive(Clone)]
+pub struct Lease {
+    store: Arc<dyn Store>,
+    key: Key,
+    token: Token,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    retention: Duration,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .field("token", &self.token)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        key: Key,
+        token: Token,
+        fingerprint: Fingerprint,
+        lease: Duration,
+        retention: Duration,
+    ) -> Lease {
+        Lease {
+            store,
+            key,
+            token,
+            fingerprint,
+            lease,
+            retention,
+        }
+    }
+
+    /// The key this lease holds.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// This owner's fencing token.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// How often [`renew`](Lease::renew) should be called while the work
+    /// runs: a third of the lease, so two renewals may fail before it lapses.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.lease / 3
+    }
+
+    /// Extends the lease by its full length from now.
+    pub async fn renew(&self) -> Result<(), Error> {
+        self.swap(State::InFlight, &[]).await
+    }
+
+    /// Records the work's outcome as `Completed`; every retry replays it.
+    pub async fn complete(&self, payload: &[u8]) -> Result<(), Error> {
+        self.swap(State::Completed, payload).await
+    }
+
+    /// Records a failure as `Failed`; every retry replays it.
+    pub async fn fail(&self, payload: &[u8]) -> Result<(), Error> {
+        self.swap(State::Failed, payload).await
+    }
+
+    /// Gives the key back: the next call runs the work again.
+    pub async fn release(&self) -> Result<(), Error> {
+        match self.store.remove(self.key.as_str(), self.token).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::LeaseLost),
+            Err(source) => Err(Error::store(source, When::AfterWork)),
+        }
+    }
+
+    async fn swap(&self, state: State, payload: &[u8]) -> Result<(), Error> {
+        let record = NewRecord {
+            token: self.token,
+            fingerprint: self.fingerprint,
+            state,
+            payload,
+            lease: (state == State::InFlight).then_some(self.lease),
+            retention: self.retention,
+        };
+        match self
+            .store
+            .swap(self.key.as_str(), self.token, &record)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::LeaseLost),
+            Err(source) => Err(Error::store(source, When::AfterWork)),
+        }
+    }
+
+    /// Renews the lease every [`heartbeat_interval`](Lease::heartbeat_interval)
+    /// and returns once a renewal finds the lease lost. A renewal that fails
+    /// in the store is logged and tried again at the next beat: the lease
+    /// still has two thirds of its length to run.
+    pub async fn heartbeat(&self) {
+        let every = self.heartbeat_interval().max(Duration::from_millis(1));
+        loop {
+            tokio::time::sleep(every).await;
+            match self.renew().await {
+                Ok(()) => {}
+                Err(Error::LeaseLost) => return,
+                Err(error) => tracing::warn!(key = %self.key, %error, "lease renewal failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Records as a store keeps them: tokens, states, and what is written and
+//! read back.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::Fingerprint;
+
+/// An owner's fencing token: 128 random bits, new at every claim and
+/// takeover. Every owner transition is a compare-and-set on it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token([u8; 16]);
+
+impl Token {
+    /// A fresh random token.
+    pub fn random() -> Token {
+        Token(rand::random())
+    }
+
+    /// Wraps a token read back from a store.
+    pub const fn from_bytes(bytes: [u8; 16]) -> Token {
+        Token(bytes)
+    }
+
+    /// The 16 token bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({self})")
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+/// Where a record is in its life.
+///
+/// ```text
+///             claim                    complete(token)
+///  Absent ───────────▶ InFlight ─────────────────────────▶ Completed(outcome)
+///    ▲                 │  │  │ fail(token)                         │
+///    │  release(token) │  │  └────────────────────────────▶ Failed(outcome)
+///    └─────────────────┘  │ lease lapses, same fingerprint           │
+///                         └──▶ taken over: new token          retention lapses ─▶ Absent
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// An owner holds a lease and is running the work.
+    InFlight,
+    /// The work succeeded; the payload is its encoded outcome.
+    Completed,
+    /// The work failed in a way the caller chose to remember; the payload is
+    /// the encoded error.
+    Failed,
+}
+
+impl State {
+    /// A one-byte code for compact encodings: 0, 1 and 2.
+    pub const fn as_u8(self) -> u8 {
+        match self {
+            State::InFlight => 0,
+            State::Completed => 1,
+            State::Failed => 2,
+        }
+    }
+
+    /// The inverse of [`State::as_u8`]; `None` for any other byte.
+    pub const fn from_u8(code: u8) -> Option<State> {
+        match code {
+            0 => Some(State::InFlight),
+            1 => Some(State::Completed),
+            2 => Some(State::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// What a store is asked to write. Durations, not deadlines: the store turns
+/// them into deadlines on its own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewRecord<'a> {
+    /// The owner's token.
+    pub token: Token,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The state to write.
+    pub state: State,
+    /// Opaque bytes: the encoded outcome, or for `InFlight` the progress of
+    /// durable steps (empty today).
+    pub payload: &'a [u8],
+    /// How long the lease lasts from now. `Some` exactly when `state` is
+    /// [`State::InFlight`].
+    pub lease: Option<Duration>,
+    /// How long the record is kept from now. Never shorter than `lease`.
+    pub retention: Duration,
+}
+
+/// A live record read back from a store, with times *remaining* on the
+/// store's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The token of the owner that wrote it.
+    pub token: Token,
+    /// The fingerprint of the request that wrote it.
+    pub fingerprint: Fingerprint,
+    /// Its state.
+    pub state: State,
+    /// The payload exactly as written.
+    pub payload: Vec<u8>,
+    /// For `InFlight`: the lease time left, zero once it has lapsed. `None`
+    /// for other states.
+    pub lease_remaining: Option<Duration>,
+    /// The retention time left; always above zero for a record a store
+    /// returns, since a record past retention is absent.
+    pub retention_remaining: Duration,
+}
+
+impl Record {
+    /// Whether this is an `InFlight` record whose lease has lapsed, so that
+    /// its key may be taken over.
+    pub fn lease_lapsed(&self) -> bool {
+        self.state == State::InFlight && self.lease_remaining.is_none_or(|left| left.is_zero())
+    }
+}

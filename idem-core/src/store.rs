@@ -1,0 +1,251 @@
+//! The `Store` trait: the atomic primitives every backend provides.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::{NewRecord, Record, Token};
+
+/// What [`Store::insert`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Insert {
+    /// No live record was there; the new one is now stored.
+    Inserted,
+    /// A live record was there and is left untouched; here it is.
+    Found(Record),
+}
+
+/// A store's persistence layer for idempotency records.
+///
+/// A store keeps one record per key and offers a handful of primitives, each
+/// **atomic on a single key**. It holds no policy: fingerprints, states and
+/// retries are decided by the state machine in this crate, which is the only
+/// caller a store needs to serve. [`MemoryStore`](crate::MemoryStore) is the
+/// executable form of this contract, and
+/// [`idem-conformance`](https://docs.rs/idem-conformance) checks a store
+/// against it.
+///
+/// # Contract
+///
+/// *Time.* A store MUST compute every deadline on its own clock from the
+/// durations it is given (`lease`, `retention` in [`NewRecord`]) and MUST
+/// report times *remaining* on read ([`Record::lease_remaining`],
+/// [`Record::retention_remaining`]). It MUST NOT trust the caller's clock.
+///
+/// *Liveness.* A record is **live** until its retention deadline passes.
+/// A record past retention MUST behave as absent in every method: `insert`
+/// replaces it, `load` returns `None`, `swap`, `take_over` and `remove`
+/// return `false`. A store MAY delete it lazily; it SHOULD delete it in
+/// [`purge_expired`](Store::purge_expired). A lease that has lapsed does
+/// not make a record absent: the record stays live (and its key blocked)
+/// until it is taken over or its retention lapses.
+///
+/// *Atomicity.* Each method MUST be one atomic step on one key: two callers
+/// racing on the same key MUST see the outcome of some serial order. In
+/// particular two concurrent `insert`s of an absent key MUST yield exactly
+/// one [`Insert::Inserted`].
+///
+/// *Fencing.* `swap`, `take_over` and `remove` are compare-and-set on the
+/// token. They MUST change a record only when it is live, in state
+/// [`InFlight`](crate::State::InFlight) and holds exactly the expected
+/// token, and MUST otherwise change nothing and return `false`. A
+/// `Completed` or `Failed` record is final until its retention lapses.
+///
+/// *Fidelity.* Payloads, tokens and fingerprints MUST round-trip byte for
+/// byte, including an empty payload and payloads of several MiB. Keys are
+/// strings of up to about 800 bytes of UTF-8 without control characters; a
+/// store MUST keep distinct keys distinct.
+///
+/// *Errors.* A store MUST return [`StoreError`] for a backend failure and
+/// for data it cannot decode, and MUST NOT panic on either. After an error
+/// the caller cannot know whether the step took effect.
+///
+/// *Cost.* Each method SHOULD be one round trip to the backend; the
+/// protocol's costs (two round trips for a first execution, one for a
+/// replay) rest on it.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Inserts `record` under `key` unless a live record is there.
+    ///
+    /// MUST store `record` (with deadlines `now + lease` and
+    /// `now + retention`) and return [`Insert::Inserted`] when the key is
+    /// absent or its record is past retention. MUST otherwise leave the
+    /// record as it is and return it in [`Insert::Found`] — including an
+    /// `InFlight` record whose lease has lapsed.
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError>;
+
+    /// Replaces the record under `key` with `record` if it is live,
+    /// `InFlight` and holds `expected`; returns whether it did.
+    ///
+    /// This is how an owner completes, fails or renews its lease. The new
+    /// deadlines are computed from now.
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError>;
+
+    /// Replaces the record under `key` with `record` if it is live,
+    /// `InFlight`, holds `expected` **and its lease has lapsed**; returns
+    /// whether it did.
+    ///
+    /// This is how a crashed owner's key is recovered. The lease check MUST
+    /// be part of the same atomic step: an owner that renews its lease just
+    /// before a takeover MUST make the takeover fail.
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError>;
+
+    /// Deletes the record under `key` if it is live, `InFlight` and holds
+    /// `expected`; returns whether it did. This is how an owner releases a
+    /// key after work that may be retried.
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError>;
+
+    /// Reads the live record under `key`, or `None`.
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError>;
+
+    /// Deletes up to `limit` records that are past retention and returns how
+    /// many it deleted. MUST NOT delete a live record. Call it again while it
+    /// returns `limit`.
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError>;
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> Store for Arc<S> {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        (**self).insert(key, record).await
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        (**self).swap(key, expected, record).await
+    }
+
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        (**self).take_over(key, expected, record).await
+    }
+
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        (**self).remove(key, expected).await
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        (**self).load(key).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        (**self).purge_expired(limit).await
+    }
+}
+
+/// What kind of failure a [`StoreError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The backend failed or could not be reached.
+    Backend,
+    /// The backend answered with data that is not a valid record.
+    Corrupt,
+    /// The store was configured with something it cannot use.
+    Config,
+}
+
+/// A store failed. Names the backend and keeps the underlying error as its
+/// [`source`](std::error::Error::source).
+#[derive(Debug)]
+pub struct StoreError {
+    backend: &'static str,
+    kind: StoreErrorKind,
+    source: Box<dyn StdError + Send + Sync>,
+}
+
+impl StoreError {
+    /// A backend failure: a lost connection, a timeout, a failed statement.
+    pub fn backend(
+        backend: &'static str,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> StoreError {
+        StoreError::new(backend, StoreErrorKind::Backend, source)
+    }
+
+    /// Data under a key that is not a valid record.
+    pub fn corrupt(
+        backend: &'static str,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> StoreError {
+        StoreError::new(backend, StoreErrorKind::Corrupt, source)
+    }
+
+    /// A store built with an option it cannot use.
+    pub fn config(
+        backend: &'static str,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> StoreError {
+        StoreError::new(backend, StoreErrorKind::Config, source)
+    }
+
+    /// Builds an error of any kind.
+    pub fn new(
+        backend: &'static str,
+        kind: StoreErrorKind,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> StoreError {
+        StoreError {
+            backend,
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// The backend's name, such as `"redis"`.
+    pub fn backend_name(&self) -> &'static str {
+        self.backend
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            StoreErrorKind::Backend => write!(f, "{} store failed: {}", self.backend, self.source),
+            StoreErrorKind::Corrupt => write!(
+                f,
+                "{} store holds a record that does not decode: {}",
+                self.backend, self.source
+            ),
+            StoreErrorKind::Config => {
+                write!(
+                    f,
+                    "{} store is misconfigured: {}",
+                    self.backend, self.source
+                )
+            }
+        }
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
