@@ -1,6 +1,183 @@
-//! Make any side effect safe to retry.
+//! Make any side effect safe to retry: run work once per idempotency key and
+//! replay its recorded outcome to every retry.
 //!
-//! **Placeholder docs, replaced below.**
+//! ```
+//! use idem_core::{Error, Idempotent, MemoryStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let idem = Idempotent::new(MemoryStore::new()); // lease 60 s, retention 24 h
+//! let order = serde_json::json!({"amount": 1250, "currency": "EUR"});
+//!
+//! let charge = || async { Ok::<_, String>("ch_1".to_owned()) };
+//! let first: Result<String, Error<String>> = idem.execute("order-7f3a", &order, charge).await;
+//! // A retry with the same key and body replays the outcome; the work does not run.
+//! let retry: Result<String, Error<String>> = idem
+//!     .execute("order-7f3a", &order, || async { Ok("ch_2".to_owned()) })
+//!     .await;
+//! assert_eq!(first.unwrap(), retry.unwrap());
+//!
+//! // The same key with another request is refused.
+//! let other = serde_json::json!({"amount": 9999, "currency": "EUR"});
+//! let refused: Result<String, Error<String>> =
+//!     idem.execute("order-7f3a", &other, charge).await;
+//! assert!(matches!(refused, Err(Error::Mismatch)));
+//! # }
+//! ```
+//!
+//! # The lifecycle of a key
+//!
+//! A [`Key`] is a namespace, a scope (the tenant or principal, `""` when
+//! there is none) and the client key (1–255 visible ASCII characters). A
+//! [`Fingerprint`] is a SHA-256 of what the request means; for JSON bodies
+//! it is taken over a canonical form, so field order never matters.
+//!
+//! ```text
+//!             claim                    complete(token)
+//!  Absent ───────────▶ InFlight ─────────────────────────▶ Completed(outcome)
+//!    ▲                 │  │  │ fail(token)                         │
+//!    │  release(token) │  │  └────────────────────────────▶ Failed(outcome)
+//!    └─────────────────┘  │ lease lapses, same fingerprint           │
+//!                         └──▶ taken over: new token          retention lapses ─▶ Absent
+//! ```
+//!
+//! On every call [`Idempotent::execute`] claims the key (one store round
+//! trip). If the key was absent the work runs while a heartbeat renews the
+//! lease every third of its length, and the outcome is recorded (a second
+//! round trip). If a record was there, one decision — in this crate only —
+//! says what happens, in this order:
+//!
+//! 1. a different fingerprint is [`Error::Mismatch`], even while the first
+//!    request is still running;
+//! 2. a live lease is [`Error::InProgress`] (or a wait, with
+//!    [`Idempotent::with_wait`]);
+//! 3. a lapsed lease is taken over with a compare-and-set on the old token:
+//!    of several recoverers exactly one wins and runs the work;
+//! 4. a recorded outcome is replayed.
+//!
+//! Every owner transition (complete, fail, release, renew) is a
+//! compare-and-set on the owner's random token, so an owner whose lease
+//! lapsed and was taken over gets [`Error::LeaseLost`] and can never
+//! overwrite, delete or extend the newer owner's record. Deadlines are kept
+//! on the store's clock, never the caller's.
+//!
+//! `Ok` outcomes are recorded and replayed. `Err` releases the key so a
+//! retry runs again, unless [`Idempotent::execute_remembering`] chooses to
+//! record it. A panic or a dropped future leaves the key claimed until the
+//! lease lapses, because the side effect may have happened. A store failure
+//! says whether the work had run ([`When`]).
+//!
+//! Frameworks use the lower level underneath: [`Idempotent::begin`] returns
+//! [`Begin::Run`] with a [`Lease`] to complete, fail or release, or
+//! [`Begin::Replay`] with the recorded bytes.
+//!
+//! # Implementing a store
+//!
+//! A store implements [`Store`]: six primitives, each atomic on one key,
+//! with the rules in the trait's `# Contract`. [`MemoryStore`] is the
+//! reference; here is a whole store on the standard library's clock. Prove
+//! yours with the `idem-conformance` kit.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//! use std::time::{Duration, Instant};
+//!
+//! use async_trait::async_trait;
+//! use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+//!
+//! #[derive(Debug, Default)]
+//! struct MapStore(Mutex<HashMap<String, (Record, Instant)>>);
+//!
+//! impl MapStore {
+//!     /// The live record under `key` as of `now`, with times remaining.
+//!     fn live(map: &HashMap<String, (Record, Instant)>, key: &str, now: Instant) -> Option<Record> {
+//!         let (record, written) = map.get(key)?;
+//!         let age = now - *written;
+//!         let retention = record.retention_remaining.checked_sub(age).filter(|d| !d.is_zero())?;
+//!         Some(Record {
+//!             lease_remaining: record.lease_remaining.map(|l| l.saturating_sub(age)),
+//!             retention_remaining: retention,
+//!             ..record.clone()
+//!         })
+//!     }
+//!
+//!     fn write(map: &mut HashMap<String, (Record, Instant)>, key: &str, new: &NewRecord<'_>, now: Instant) {
+//!         let record = Record {
+//!             token: new.token,
+//!             fingerprint: new.fingerprint,
+//!             state: new.state,
+//!             payload: new.payload.to_vec(),
+//!             lease_remaining: new.lease,
+//!             retention_remaining: new.retention,
+//!         };
+//!         map.insert(key.to_owned(), (record, now));
+//!     }
+//!
+//!     fn replace(&self, key: &str, expected: Token, new: &NewRecord<'_>, need_lapsed: bool) -> bool {
+//!         let now = Instant::now();
+//!         let mut map = self.0.lock().unwrap();
+//!         match Self::live(&map, key, now) {
+//!             Some(r) if r.state == State::InFlight && r.token == expected
+//!                 && (!need_lapsed || r.lease_lapsed()) => {
+//!                 Self::write(&mut map, key, new, now);
+//!                 true
+//!             }
+//!             _ => false,
+//!         }
+//!     }
+//! }
+//!
+//! #[async_trait]
+//! impl Store for MapStore {
+//!     async fn insert(&self, key: &str, new: &NewRecord<'_>) -> Result<Insert, StoreError> {
+//!         let now = Instant::now();
+//!         let mut map = self.0.lock().unwrap();
+//!         if let Some(found) = Self::live(&map, key, now) {
+//!             return Ok(Insert::Found(found));
+//!         }
+//!         Self::write(&mut map, key, new, now);
+//!         Ok(Insert::Inserted)
+//!     }
+//!     async fn swap(&self, key: &str, expected: Token, new: &NewRecord<'_>) -> Result<bool, StoreError> {
+//!         Ok(self.replace(key, expected, new, false))
+//!     }
+//!     async fn take_over(&self, key: &str, expected: Token, new: &NewRecord<'_>) -> Result<bool, StoreError> {
+//!         Ok(self.replace(key, expected, new, true))
+//!     }
+//!     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+//!         let mut map = self.0.lock().unwrap();
+//!         match Self::live(&map, key, Instant::now()) {
+//!             Some(r) if r.state == State::InFlight && r.token == expected => {
+//!                 map.remove(key);
+//!                 Ok(true)
+//!             }
+//!             _ => Ok(false),
+//!         }
+//!     }
+//!     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+//!         Ok(Self::live(&self.0.lock().unwrap(), key, Instant::now()))
+//!     }
+//!     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+//!         let now = Instant::now();
+//!         let mut map = self.0.lock().unwrap();
+//!         let dead: Vec<String> = map.keys()
+//!             .filter(|k| Self::live(&map, k, now).is_none())
+//!             .take(limit).cloned().collect();
+//!         dead.iter().for_each(|k| { map.remove(k); });
+//!         Ok(dead.len())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let idem = idem_core::Idempotent::new(MapStore::default());
+//! let n: u32 = idem.execute("k", "body", || async { Ok::<_, ()>(7) }).await.unwrap();
+//! let again: u32 = idem.execute("k", "body", || async { Ok::<_, ()>(8) }).await.unwrap();
+//! assert_eq!((n, again), (7, 7));
+//! # let _ = Duration::ZERO;
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
 mod error;
@@ -21,3 +198,8 @@ pub use lease::{Begin, Lease, Replay};
 pub use memory::MemoryStore;
 pub use record::{NewRecord, Record, State, Token};
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
