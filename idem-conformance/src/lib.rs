@@ -1,1 +1,21 @@
-//! Work in progress.
+//! The conformance kit that proves an idem [`Store`](idem_core::Store)
+//! correct, with generated concurrent interleavings.
+//!
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+pub mod cases;
+mod fixture;
+mod list;
+mod runner;
+mod support;
+
+pub use fixture::{Factory, Fixture};
+pub use runner::{cases, run_all, run_each, Case, CaseFailure, Report};
+
+/// What [`store_tests!`] needs in the calling crate. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::runner::run_case;
+    pub use tokio;
+}

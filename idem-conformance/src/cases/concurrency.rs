@@ -1,0 +1,227 @@
+//! Atomicity under races: callers racing on one key see the outcome of some
+//! serial order.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{Error, Insert, State, Token};
+use tokio::sync::Barrier;
+use tokio::task::JoinSet;
+
+use crate::support::{
+    claim, fp, idempotent, in_flight, join_all, key, live, ok, pass, settled, LONG, RETENTION,
+};
+use crate::Factory;
+
+const RACERS: usize = 32;
+
+/// 32 concurrent inserts of one absent key yield exactly one `Inserted`,
+/// and every loser is shown the winner's record.
+pub async fn concurrent_inserts_of_one_key_yield_exactly_one_inserted(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    for round in 0..4 {
+        let key = Arc::new(key(&format!("race-insert-{round}")));
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let mut tasks = JoinSet::new();
+        for _ in 0..RACERS {
+            let (store, key, barrier) =
+                (Arc::clone(&store), Arc::clone(&key), Arc::clone(&barrier));
+            tasks.spawn(async move {
+                let token = Token::random();
+                barrier.wait().await;
+                (
+                    token,
+                    ok(
+                        store.insert(&key, &in_flight(token, fp(1), LONG)).await,
+                        "insert",
+                    ),
+                )
+            });
+        }
+        let outcomes = join_all(tasks).await;
+        let winners: Vec<Token> = outcomes
+            .iter()
+            .filter(|(_, outcome)| *outcome == Insert::Inserted)
+            .map(|(token, _)| *token)
+            .collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "{RACERS} concurrent inserts of one key returned Inserted {} times",
+            winners.len()
+        );
+        for (_, outcome) in &outcomes {
+            if let Insert::Found(record) = outcome {
+                assert_eq!(
+                    record.token, winners[0],
+                    "a loser was shown a record other than the winner's"
+                );
+            }
+        }
+        assert_eq!(
+            live(&*store, &key).await.token,
+            winners[0],
+            "the stored record is not the winner's"
+        );
+    }
+}
+
+/// Concurrent takeovers of one lapsed lease have exactly one winner.
+pub async fn racing_take_overs_have_exactly_one_winner(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    let key = Arc::new(key("race-take-over"));
+    let owner = Token::random();
+    let lease = Duration::from_millis(50);
+    claim(&*store, &key, &in_flight(owner, fp(1), lease)).await;
+    pass(tokio::time::Instant::now(), lease).await;
+
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let mut tasks = JoinSet::new();
+    for _ in 0..RACERS {
+        let (store, key, barrier) = (Arc::clone(&store), Arc::clone(&key), Arc::clone(&barrier));
+        tasks.spawn(async move {
+            let heir = Token::random();
+            barrier.wait().await;
+            (
+                heir,
+                ok(
+                    store
+                        .take_over(&key, owner, &in_flight(heir, fp(1), LONG))
+                        .await,
+                    "take_over",
+                ),
+            )
+        });
+    }
+    let winners: Vec<Token> = join_all(tasks)
+        .await
+        .into_iter()
+        .filter_map(|(heir, won)| won.then_some(heir))
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "{RACERS} racing takeovers had {} winners",
+        winners.len()
+    );
+    assert_eq!(
+        live(&*store, &key).await.token,
+        winners[0],
+        "the stored record is not the winner's"
+    );
+}
+
+/// A late owner completing and a recoverer taking over race with exactly
+/// one winner, and the record is the winner's.
+pub async fn late_owner_and_recoverer_race_with_exactly_one_winner(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    const KEYS: usize = 16;
+    let lease = Duration::from_millis(50);
+    let mut owners = Vec::new();
+    for n in 0..KEYS {
+        let owner = Token::random();
+        claim(
+            &*store,
+            &key(&format!("late-owner-{n}")),
+            &in_flight(owner, fp(1), lease),
+        )
+        .await;
+        owners.push(owner);
+    }
+    pass(tokio::time::Instant::now(), lease).await;
+
+    let barrier = Arc::new(Barrier::new(2 * KEYS));
+    let mut tasks = JoinSet::new();
+    for (n, owner) in owners.into_iter().enumerate() {
+        let heir = Token::random();
+        for recover in [false, true] {
+            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            tasks.spawn(async move {
+                let key = key(&format!("late-owner-{n}"));
+                barrier.wait().await;
+                let won = if recover {
+                    ok(
+                        store
+                            .take_over(&key, owner, &in_flight(heir, fp(1), LONG))
+                            .await,
+                        "take_over",
+                    )
+                } else {
+                    let done = settled(owner, fp(1), State::Completed, b"late", RETENTION);
+                    ok(store.swap(&key, owner, &done).await, "swap")
+                };
+                (n, recover, won, heir)
+            });
+        }
+    }
+    let outcomes = join_all(tasks).await;
+    for n in 0..KEYS {
+        let won: Vec<_> = outcomes.iter().filter(|o| o.0 == n && o.2).collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "a late completion and a takeover of one key had {} winners",
+            won.len()
+        );
+        let record = live(&*store, &key(&format!("late-owner-{n}"))).await;
+        if won[0].1 {
+            assert_eq!(
+                (record.state, record.token),
+                (State::InFlight, won[0].3),
+                "the takeover won but its record is not stored"
+            );
+        } else {
+            assert_eq!(
+                record.state,
+                State::Completed,
+                "the completion won but its record is not stored"
+            );
+        }
+    }
+}
+
+/// 32 concurrent executes of one key run the work once; the rest are told
+/// it is in progress or get its outcome.
+pub async fn concurrent_executes_run_the_work_once(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    // A lease no racer can outlive: this case is about the claim, not
+    // about lapses.
+    let idem = idempotent(fixture.store()).with_lease(LONG);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let mut tasks = JoinSet::new();
+    for _ in 0..RACERS {
+        let (idem, runs, barrier) = (idem.clone(), Arc::clone(&runs), Arc::clone(&barrier));
+        tasks.spawn(async move {
+            barrier.wait().await;
+            idem.execute("race-execute", &"body", || async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, String>(42u32)
+            })
+            .await
+        });
+    }
+    for outcome in join_all(tasks).await {
+        match outcome {
+            Ok(42) | Err(Error::InProgress { .. }) => {}
+            other => panic!("a racing execute got {other:?}"),
+        }
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the work ran more than once for one key"
+    );
+    let replay = idem
+        .execute("race-execute", &"body", || async { Ok::<u32, String>(0) })
+        .await;
+    assert!(
+        matches!(replay, Ok(42)),
+        "the outcome did not replay: {replay:?}"
+    );
+}

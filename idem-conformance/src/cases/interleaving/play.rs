@@ -1,0 +1,282 @@
+//! Plays one schedule against a fresh fixture and collects what broke.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use idem_core::{Begin, Error, Fingerprint, Idempotent, Record, State, Store};
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::check::{violations, Answer, Evidence, Run};
+use super::recorder::{Recorder, CALLER};
+use super::schedule::{self, Act, Caller, Schedule, LEASE};
+use crate::support::{NAMESPACE, POLL};
+use crate::Factory;
+
+/// How long a schedule's callers may take before the schedule counts as
+/// hung.
+const HUNG: Duration = Duration::from_secs(30);
+
+/// How long past a lease a key left in flight may take to be recovered.
+const RECOVERY: Duration = Duration::from_secs(1);
+
+type Runs = Arc<Mutex<Vec<Run>>>;
+
+/// Plays `schedule` on a fresh fixture; returns every broken invariant.
+pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<String> {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    let recorder = Arc::new(Recorder::new(Arc::clone(&store)));
+    let idem = Idempotent::from_arc(recorder.clone())
+        .with_lease(LEASE)
+        .with_namespace(NAMESPACE);
+    let keys: Vec<String> = (0..3u8)
+        .map(|k| match idem.key(&format!("interleaved-{k}")) {
+            Ok(key) => key.as_str().to_owned(),
+            Err(e) => panic!("the kit built an invalid key: {e}"),
+        })
+        .collect();
+
+    let runs: Runs = Arc::default();
+    let began = Instant::now();
+    let mut tasks = JoinSet::new();
+    for (index, caller) in schedule.callers.iter().cloned().enumerate() {
+        let (idem, runs) = (idem.clone(), Arc::clone(&runs));
+        tasks.spawn(CALLER.scope(index, async move {
+            tokio::time::sleep_until(began + ms(caller.start_ms)).await;
+            (index, play(&idem, index, &caller, &runs).await)
+        }));
+    }
+    let mut answers = vec![Answer::Unexpected("no answer".to_owned()); schedule.callers.len()];
+    let mut found = Vec::new();
+    let collected = tokio::time::timeout(HUNG, async {
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((index, answer)) => answers[index] = answer,
+                Err(e) => found.push(format!("a caller panicked: {e}")),
+            }
+        }
+    })
+    .await;
+    if collected.is_err() {
+        return vec![format!("the callers did not finish within {HUNG:?}")];
+    }
+
+    let mut finals = Vec::new();
+    for key in &keys {
+        match store.load(key).await {
+            Ok(record) => finals.push(record),
+            Err(e) => return vec![format!("load failed after the schedule: {e}")],
+        }
+    }
+    let runs = runs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    found.extend(violations(&Evidence {
+        schedule,
+        keys: &keys,
+        answers: &answers,
+        runs: &runs,
+        ops: &recorder.ops(),
+        finals: &finals,
+    }));
+    if found.is_empty() {
+        let after = Idempotent::from_arc(store)
+            .with_lease(LEASE)
+            .with_namespace(NAMESPACE);
+        for (k, last) in finals.iter().enumerate() {
+            if let Some(record) = last {
+                found.extend(afterwards(&after, k, record).await);
+            }
+        }
+    }
+    found
+}
+
+fn ms(n: u16) -> Duration {
+    Duration::from_millis(u64::from(n))
+}
+
+/// Notes that `caller`'s work started on `key`.
+fn started(runs: &Runs, caller: usize, key: u8) {
+    let run = Run {
+        caller,
+        key,
+        start: Instant::now(),
+    };
+    runs.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(run);
+}
+
+/// How long a retrying caller waits after being told "in progress".
+const RETRY_AFTER: Duration = Duration::from_millis(60);
+
+/// One caller's part of the schedule: calls, and calls again while told
+/// the key is in progress and it has retries left.
+async fn play(idem: &Idempotent, index: usize, caller: &Caller, runs: &Runs) -> Answer {
+    let mut retries = caller.retries;
+    loop {
+        match attempt(idem, index, caller, runs).await {
+            Answer::InProgress if retries > 0 => {
+                retries -= 1;
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+async fn attempt(idem: &Idempotent, index: usize, caller: &Caller, runs: &Runs) -> Answer {
+    let ran = AtomicBool::new(false);
+    let result = match caller.act {
+        Act::Stall { extra_ms, release } => {
+            return stall(idem, index, caller, runs, ms(extra_ms), release).await
+        }
+        Act::Cancel { after_ms } => {
+            match tokio::time::timeout(ms(after_ms), execute(idem, index, caller, runs, &ran)).await
+            {
+                Ok(result) => result,
+                Err(_) => return Answer::Cancelled,
+            }
+        }
+        _ => execute(idem, index, caller, runs, &ran).await,
+    };
+    let own = ran.load(Ordering::SeqCst);
+    match result {
+        Ok(value) => Answer::Value { value, own },
+        Err(Error::Work(error)) => Answer::Failure { error, own },
+        Err(e) => answer_for(e),
+    }
+}
+
+fn answer_for<E: std::fmt::Debug>(error: Error<E>) -> Answer {
+    match error {
+        Error::Mismatch => Answer::Mismatch,
+        Error::InProgress { .. } => Answer::InProgress,
+        Error::LeaseLost => Answer::LeaseLost,
+        other => Answer::Unexpected(format!("{other:?}")),
+    }
+}
+
+async fn execute(
+    idem: &Idempotent,
+    index: usize,
+    caller: &Caller,
+    runs: &Runs,
+    ran: &AtomicBool,
+) -> Result<Value, Error<Value>> {
+    let remember = |error: &Value| error["remember"] == true;
+    idem.execute_remembering(&caller.client_key(), &caller.body(), remember, || async {
+        ran.store(true, Ordering::SeqCst);
+        started(runs, index, caller.key);
+        tokio::time::sleep(ms(caller.work_ms)).await;
+        match caller.act {
+            Act::FailReleased => Err(schedule::failure(index, caller, false)),
+            Act::FailRemembered => Err(schedule::failure(index, caller, true)),
+            Act::Succeed { pad } => Ok(schedule::outcome(index, caller, pad)),
+            _ => Ok(schedule::outcome(index, caller, 0)),
+        }
+    })
+    .await
+}
+
+/// A stalled owner: claims through the begin/Lease API, holds the key
+/// without a heartbeat past its lease, then tries to complete.
+async fn stall(
+    idem: &Idempotent,
+    index: usize,
+    caller: &Caller,
+    runs: &Runs,
+    extra: Duration,
+    release: bool,
+) -> Answer {
+    let fingerprint = match Fingerprint::of_json(&caller.body()) {
+        Ok(fingerprint) => fingerprint,
+        Err(e) => return Answer::Unexpected(format!("the body does not encode: {e}")),
+    };
+    let lease = match idem.begin(&caller.client_key(), fingerprint).await {
+        Ok(Begin::Run(lease)) => lease,
+        Ok(Begin::Replay(replay)) => {
+            return match serde_json::from_slice::<Value>(replay.payload()) {
+                Ok(error) if replay.is_failure() => Answer::Failure { error, own: false },
+                Ok(value) => Answer::Value { value, own: false },
+                Err(e) => Answer::Unexpected(format!("a replay does not decode: {e}")),
+            }
+        }
+        Ok(other) => return Answer::Unexpected(format!("{other:?}")),
+        Err(e) => return answer_for(e),
+    };
+    started(runs, index, caller.key);
+    tokio::time::sleep(LEASE + extra).await;
+    if release {
+        return match lease.release().await {
+            Ok(()) => Answer::Released,
+            Err(e) => answer_for(e),
+        };
+    }
+    let value = schedule::outcome(index, caller, 16);
+    let payload = match serde_json::to_vec(&value) {
+        Ok(payload) => payload,
+        Err(e) => return Answer::Unexpected(format!("the outcome does not encode: {e}")),
+    };
+    match lease.complete(&payload).await {
+        Ok(()) => Answer::Value { value, own: true },
+        Err(e) => answer_for(e),
+    }
+}
+
+/// Once every caller is done: a settled key replays its outcome byte for
+/// byte without running the work, and a key left in flight is recovered
+/// after its lease (nothing is lost).
+async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String> {
+    let Some(body) = (0..2u8)
+        .map(schedule::body)
+        .find(|body| Fingerprint::of_json(body).ok() == Some(record.fingerprint))
+    else {
+        return vec![format!("key {k} holds a record for a body nobody sent")];
+    };
+    let client_key = format!("interleaved-{k}");
+    // Every caller is done, so whatever lease is left started before now.
+    let give_up = Instant::now() + LEASE + RECOVERY;
+    loop {
+        let ran = AtomicBool::new(false);
+        let result = idem
+            .execute_remembering(
+                &client_key,
+                &body,
+                |_: &Value| false,
+                || async {
+                    ran.store(true, Ordering::SeqCst);
+                    Ok::<_, Value>(Value::from("recovered"))
+                },
+            )
+            .await;
+        let ran = ran.load(Ordering::SeqCst);
+        let replayed = match (&result, record.state) {
+            (Err(Error::InProgress { .. }), State::InFlight) if Instant::now() < give_up => {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            (Ok(_), State::InFlight) if ran => return Vec::new(),
+            (Ok(value), State::Completed) if !ran => serde_json::to_vec(value),
+            (Err(Error::Work(error)), State::Failed) if !ran => serde_json::to_vec(error),
+            (_, State::InFlight) => {
+                return vec![format!("key {k} was lost: left in flight, it was not recovered after its lease ({result:?})")]
+            }
+            _ => {
+                return vec![format!(
+                    "key {k}: its {:?} outcome did not replay{} ({result:?})",
+                    record.state,
+                    if ran { ", the work ran again" } else { "" }
+                )]
+            }
+        };
+        return match replayed {
+            Ok(bytes) if bytes == record.payload => Vec::new(),
+            _ => vec![format!(
+                "key {k}: the replayed outcome is not the stored one byte for byte"
+            )],
+        };
+    }
+}

@@ -1,0 +1,75 @@
+//! What a store author provides: a [`Factory`] that builds one isolated
+//! [`Fixture`] per case.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use idem_core::Store;
+
+/// A fresh, isolated store for one case, and whatever must live as long as
+/// it does.
+///
+/// The guard is dropped after the case ends, and with it whatever the
+/// factory set up: a temporary file, a dropped table, a deleted key prefix.
+/// Every case gets its own fixture and cases run in parallel, so two
+/// fixtures must never see each other's records.
+pub struct Fixture {
+    store: Arc<dyn Store>,
+    // Declared after `store` so the store is dropped first: a guard that
+    // removes a file or a table must not pull it from under a live store.
+    _guard: Box<dyn Any + Send + Sync>,
+}
+
+impl Fixture {
+    /// A fixture over `store`, keeping `guard` alive until the case ends.
+    /// Pass `()` when there is nothing to clean up.
+    pub fn new<S: Store>(store: S, guard: impl Send + Sync + 'static) -> Fixture {
+        Fixture::from_arc(Arc::new(store), guard)
+    }
+
+    /// A fixture over an already shared store.
+    pub fn from_arc(store: Arc<dyn Store>, guard: impl Send + Sync + 'static) -> Fixture {
+        Fixture {
+            store,
+            _guard: Box::new(guard),
+        }
+    }
+
+    /// The store under test.
+    pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.store)
+    }
+}
+
+impl fmt::Debug for Fixture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fixture")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a fresh, isolated [`Fixture`] for each case.
+///
+/// Any `async fn() -> Fixture` (or closure returning such a future) is a
+/// factory already; implement the trait by hand only to carry state, such
+/// as a connection pool shared by all fixtures.
+#[async_trait]
+pub trait Factory: Send + Sync + 'static {
+    /// A new fixture, isolated from every other one this factory made.
+    async fn fixture(&self) -> Fixture;
+}
+
+#[async_trait]
+impl<F, Fut> Factory for F
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Fixture> + Send,
+{
+    async fn fixture(&self) -> Fixture {
+        self().await
+    }
+}

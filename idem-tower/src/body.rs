@@ -1,0 +1,138 @@
+//! The body types the middleware hands to the wrapped service and back to
+//! the server.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+
+/// The error type bodies are boxed with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body the wrapped service receives: the request's own body when it
+/// passes through, or the bytes already read when the request is
+/// protected. Any service taking `Request<B>` for `B: Body<Data = Bytes>`
+/// accepts it, axum's `Router` among them.
+#[derive(Debug)]
+pub struct RequestBody(UnsyncBoxBody<Bytes, BoxError>);
+
+impl RequestBody {
+    pub(crate) fn new<B>(body: B) -> RequestBody
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        RequestBody(body.map_err(Into::into).boxed_unsync())
+    }
+
+    pub(crate) fn full(bytes: Bytes) -> RequestBody {
+        RequestBody::new(Full::new(bytes))
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0.size_hint()
+    }
+}
+
+/// The body every response has: the handler's own body, a recorded body,
+/// or a problem document. It is `Send` and `'static`, so axum turns it into
+/// a response and hyper serves it as it is.
+#[derive(Debug)]
+pub struct ResponseBody(UnsyncBoxBody<Bytes, BoxError>);
+
+impl ResponseBody {
+    pub(crate) fn new<B>(body: B) -> ResponseBody
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        ResponseBody(body.map_err(Into::into).boxed_unsync())
+    }
+
+    pub(crate) fn full(bytes: Bytes) -> ResponseBody {
+        ResponseBody::new(Full::new(bytes))
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0.size_hint()
+    }
+}
+
+/// Bytes already read, then the rest of the body they came from.
+pub(crate) struct Prefixed {
+    prefix: Option<Bytes>,
+    rest: ResponseBody,
+}
+
+impl Prefixed {
+    pub(crate) fn new(prefix: Bytes, rest: ResponseBody) -> Prefixed {
+        Prefixed {
+            prefix: Some(prefix),
+            rest,
+        }
+    }
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.rest.size_hint();
+        let extra = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        hint.set_lower(hint.lower() + extra);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + extra);
+        }
+        hint
+    }
+}

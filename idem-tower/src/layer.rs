@@ -1,0 +1,250 @@
+//! `IdempotencyLayer`: the settings, and the tower `Layer` that applies them.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{HeaderName, Method};
+use idem_core::{Idempotent, Store};
+use tower_layer::Layer;
+
+use crate::IdempotencyService;
+
+type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// The default limit on request and recorded response bodies: 1 MiB.
+const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+/// The default bound on one store call.
+const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Makes `POST` and `PATCH` handlers safe to retry with an
+/// `Idempotency-Key` header: the handler runs at most once per key and
+/// every retry gets its recorded response back.
+///
+/// ```text
+///                  key valid, body within limit
+///  request ──▶ begin(key, fingerprint) ──▶ Run:    handler runs once, its response is
+///                 │                                recorded (2xx–4xx), then returned
+///                 ├──▶ Replay: the recorded response, `Idempotent-Replayed: true`
+///                 └──▶ a problem response (table below)
+/// ```
+///
+/// # What each request gets
+///
+/// | request | answer |
+/// |---|---|
+/// | method not protected (default: anything but `POST`, `PATCH`) | passed through; the store is not touched |
+/// | no key header | passed through, or **400** with [`require_key`](Self::require_key) |
+/// | two key headers, a list, parameters (`"k";p=1`), bad quoting, empty, over 255 characters, not visible ASCII | **400** |
+/// | body over [`with_max_request_body`](Self::with_max_request_body) | **413** |
+/// | key in use by a running request | **409** with `Retry-After` (seconds, rounded up, at least 1) |
+/// | key used with another method, path and query, content type or body | **422** |
+/// | key whose response is recorded | that response, byte for byte, with `Idempotent-Replayed: true` |
+/// | key whose request ran but whose response could not be kept | **409**, problem type `not-replayable`, no `Retry-After`: it will not run again |
+/// | store failure or timeout before the handler ran | **503**, or the handler runs unprotected with [`fail_open`](Self::fail_open) |
+/// | request body that fails while read | **400** |
+/// | handler panicked | **500**; the key stays claimed until its lease lapses |
+/// | handler's response body failed while read | **500**; retries get the `not-replayable` 409 |
+/// | recorded response that does not decode | **500** |
+///
+/// Every answer the middleware makes itself is `application/problem+json`
+/// (RFC 9457) with `type`, `title`, `status` and `detail`; `type` is
+/// `tag:idem-rs.github.io,2025:problem/<name>` with names `invalid-key`,
+/// `missing-key`, `unreadable-body`, `body-too-large`, `in-progress`,
+/// `mismatch`, `not-replayable`, `store-unavailable` and `internal`.
+///
+/// # The key
+///
+/// The header value is either the draft's structured-field string
+/// (`"order-7f3a"`, with `\"` and `\\` escapes) or a bare value
+/// (`order-7f3a`); both name the same key. A bare value may not hold `"`,
+/// `,` or `;`. The key is 1–255 visible ASCII characters
+/// ([`idem_core::validate_client_key`]). The scope extractor
+/// ([`with_scope`](Self::with_scope)) gives each tenant its own keys.
+///
+/// # What is recorded
+///
+/// The fingerprint is [`idem_core::Fingerprint::of_parts`] over the method,
+/// the path and query, the `Content-Type` value (several lines joined with
+/// `, `) and the body bytes, in that order. Apply the layer to the outermost router: a nested router sees a
+/// shortened path.
+///
+/// Responses with status 200–499 are recorded before they are sent; 5xx
+/// responses, handler errors and 1xx responses release the key so a retry
+/// runs the handler again ([`record_server_errors`](Self::record_server_errors)
+/// records 5xx too). The record keeps the status, the headers except
+/// `Set-Cookie` and hop-by-hop ones (`Connection` and those it names,
+/// `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`,
+/// `Upgrade`), and the body; trailers are dropped. A body over
+/// [`with_max_response_body`](Self::with_max_response_body) is streamed to
+/// its client in full but only a marker is recorded, so retries get the
+/// `not-replayable` 409 instead of a second run. The stored form is a small
+/// versioned binary format (version byte, status, length-prefixed headers,
+/// body); a record that does not decode is answered with a 500 problem.
+///
+/// # Types
+///
+/// The layer wraps any `Service<Request<`[`RequestBody`](crate::RequestBody)`>>`
+/// that answers `Response<B>` with `B: Body<Data = Bytes> + Send + 'static`,
+/// and the wrapped service takes any `Request<B>` with such a body. It
+/// answers `Response<`[`ResponseBody`](crate::ResponseBody)`>` with the
+/// inner service's error type, through a `Send` future. In axum it is a
+/// plain `Router::layer`; with hyper, wrap the layered service in
+/// `hyper_util::service::TowerToHyperService`.
+///
+/// # Never twice, never stuck
+///
+/// The handler, its heartbeat (which renews the lease every third of its
+/// length) and the recording run in a task of their own, so a client that
+/// disconnects does not cancel them: its retry gets the replay. A store
+/// failure, or a store call slower than
+/// [`with_store_timeout`](Self::with_store_timeout), is logged with
+/// `tracing` and answered at once; the middleware never waits for a key.
+/// It needs a tokio runtime.
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    config: Arc<Config>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) idem: Idempotent,
+    pub(crate) header: HeaderName,
+    pub(crate) require_key: bool,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) scope: Option<Arc<ScopeFn>>,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_response_body: usize,
+    pub(crate) record_server_errors: bool,
+    pub(crate) fail_open: bool,
+    pub(crate) store_timeout: Duration,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("idem", &self.idem)
+            .field("header", &self.header)
+            .field("require_key", &self.require_key)
+            .field("methods", &self.methods)
+            .field("scope", &self.scope.as_ref().map(|_| "Fn(&Parts)"))
+            .field("max_request_body", &self.max_request_body)
+            .field("max_response_body", &self.max_response_body)
+            .field("record_server_errors", &self.record_server_errors)
+            .field("fail_open", &self.fail_open)
+            .field("store_timeout", &self.store_timeout)
+            .finish()
+    }
+}
+
+impl fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IdempotencyLayer")
+            .field(&self.config)
+            .finish()
+    }
+}
+
+impl IdempotencyLayer {
+    /// Protects handlers with `store`, with a 60 s lease and a 24 h
+    /// retention. Accepts an `Arc<dyn Store>` as well as a store by value.
+    pub fn new<S: Store>(store: S) -> Self {
+        IdempotencyLayer::from_idempotent(Idempotent::new(store))
+    }
+
+    /// Protects handlers with an [`Idempotent`] whose lease, retention and
+    /// namespace are already set. Its scope is kept unless
+    /// [`with_scope`](Self::with_scope) is set.
+    pub fn from_idempotent(idem: Idempotent) -> Self {
+        IdempotencyLayer {
+            config: Arc::new(Config {
+                idem,
+                header: HeaderName::from_static("idempotency-key"),
+                require_key: false,
+                methods: vec![Method::POST, Method::PATCH],
+                scope: None,
+                max_request_body: DEFAULT_MAX_BODY,
+                max_response_body: DEFAULT_MAX_BODY,
+                record_server_errors: false,
+                fail_open: false,
+                store_timeout: DEFAULT_STORE_TIMEOUT,
+            }),
+        }
+    }
+
+    fn set(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// Reads the key from this header instead of `Idempotency-Key`.
+    pub fn with_header_name(self, name: HeaderName) -> Self {
+        self.set(|c| c.header = name)
+    }
+
+    /// Whether a protected request without a key is refused with 400
+    /// (`true`) or passed through unprotected (`false`, the default).
+    pub fn require_key(self, required: bool) -> Self {
+        self.set(|c| c.require_key = required)
+    }
+
+    /// The methods to protect, replacing the default `POST` and `PATCH`.
+    pub fn with_methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods = methods.into_iter().collect();
+        self.set(|c| c.methods = methods)
+    }
+
+    /// Gives each tenant or principal its own keys: `f` reads the scope from
+    /// the request (say, an authenticated user id placed in the extensions
+    /// by an outer layer); `None` means the shared scope `""`. A scope over
+    /// 255 bytes or with a control character is refused with 400.
+    pub fn with_scope<F>(self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.set(|c| c.scope = Some(Arc::new(f)))
+    }
+
+    /// The largest request body a protected request may carry, in bytes;
+    /// larger ones get 413. Default 1 MiB.
+    pub fn with_max_request_body(self, bytes: usize) -> Self {
+        self.set(|c| c.max_request_body = bytes)
+    }
+
+    /// The largest response body that is recorded for replay, in bytes.
+    /// A larger one still reaches its client, and the key is marked as
+    /// executed without a replayable response. Default 1 MiB.
+    pub fn with_max_response_body(self, bytes: usize) -> Self {
+        self.set(|c| c.max_response_body = bytes)
+    }
+
+    /// Whether 5xx responses are recorded and replayed (`true`) or release
+    /// the key so that a retry runs the handler again (`false`, the
+    /// default).
+    pub fn record_server_errors(self, record: bool) -> Self {
+        self.set(|c| c.record_server_errors = record)
+    }
+
+    /// Whether a store failure lets the request through to the handler
+    /// without idempotency (`true`) or answers 503 (`false`, the default).
+    /// Either way the failure is logged.
+    pub fn fail_open(self, open: bool) -> Self {
+        self.set(|c| c.fail_open = open)
+    }
+
+    /// The longest one store call may take before it counts as a store
+    /// failure, so that a hung backend cannot hang requests. Default 5 s.
+    pub fn with_store_timeout(self, timeout: Duration) -> Self {
+        self.set(|c| c.store_timeout = timeout)
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService::new(inner, Arc::clone(&self.config))
+    }
+}

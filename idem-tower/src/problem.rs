@@ -1,0 +1,156 @@
+//! The middleware's own answers, as RFC 9457 `application/problem+json`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode};
+
+use crate::ResponseBody;
+
+/// Every answer the middleware gives in place of the handler's.
+///
+/// The `type` of each is a `tag:` URI (RFC 4151): a stable name for clients
+/// to match on, not a page to fetch.
+#[derive(Debug)]
+pub(crate) enum Problem {
+    /// 400: the `Idempotency-Key` header is not one usable key.
+    InvalidKey(String),
+    /// 400: the key header is missing and the layer requires one.
+    MissingKey(String),
+    /// 400: the request body could not be read.
+    UnreadableBody,
+    /// 409: another request with this key is running.
+    InProgress(Duration),
+    /// 409: the request ran, but its response could not be kept to replay.
+    NotReplayable(&'static str),
+    /// 413: the request body is over the limit.
+    BodyTooLarge(usize),
+    /// 422: the key was used with a different request.
+    Mismatch,
+    /// 500: the handler panicked, or the response could not be produced.
+    Internal(&'static str),
+    /// 503: the idempotency store failed before the handler ran.
+    StoreUnavailable,
+}
+
+impl Problem {
+    fn parts(&self) -> (StatusCode, &'static str, &'static str, String) {
+        match self {
+            Problem::InvalidKey(detail) => (
+                StatusCode::BAD_REQUEST,
+                "invalid-key",
+                "Invalid idempotency key",
+                detail.clone(),
+            ),
+            Problem::MissingKey(header) => (
+                StatusCode::BAD_REQUEST,
+                "missing-key",
+                "Idempotency key required",
+                format!("this request needs an `{header}` header holding a unique key"),
+            ),
+            Problem::UnreadableBody => (
+                StatusCode::BAD_REQUEST,
+                "unreadable-body",
+                "Request body could not be read",
+                "the request body ended early or could not be read".to_owned(),
+            ),
+            Problem::InProgress(left) => (
+                StatusCode::CONFLICT,
+                "in-progress",
+                "Request in progress",
+                format!(
+                    "a request with this idempotency key is still being processed; retry after {} s",
+                    retry_after_secs(*left)
+                ),
+            ),
+            Problem::NotReplayable(why) => (
+                StatusCode::CONFLICT,
+                "not-replayable",
+                "Request already processed",
+                format!(
+                    "a request with this idempotency key was processed, but its response cannot \
+                     be replayed ({why}); it will not run again, use a new key for a new request"
+                ),
+            ),
+            Problem::BodyTooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+                format!("requests with an idempotency key may carry at most {limit} body bytes"),
+            ),
+            Problem::Mismatch => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "mismatch",
+                "Idempotency key reused",
+                "this idempotency key was used for a different request (method, path, content \
+                 type or body); use a new key for a new request"
+                    .to_owned(),
+            ),
+            Problem::Internal(why) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                (*why).to_owned(),
+            ),
+            Problem::StoreUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Idempotency store unavailable",
+                "the request was not processed because its idempotency key could not be \
+                 checked; it is safe to retry"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// The response, with `Retry-After` for a request in progress.
+    pub(crate) fn into_response(self) -> Response<ResponseBody> {
+        let (status, slug, title, detail) = self.parts();
+        let body = serde_json::json!({
+            "type": format!("tag:idem-rs.github.io,2025:problem/{slug}"),
+            "title": title,
+            "status": status.as_u16(),
+            "detail": detail,
+        });
+        let mut response = Response::new(ResponseBody::full(Bytes::from(body.to_string())));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Problem::InProgress(left) = self {
+            headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(left)));
+        }
+        response
+    }
+}
+
+/// Whole seconds, rounded up and at least one: a client told "0" would
+/// retry at once into the same conflict.
+fn retry_after_secs(left: Duration) -> u64 {
+    let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_at_least_one_second() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn in_progress_carries_retry_after_and_problem_json() {
+        let response = Problem::InProgress(Duration::from_millis(1500)).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(response.headers()[RETRY_AFTER], "2");
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/problem+json");
+    }
+}

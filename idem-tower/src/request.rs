@@ -1,0 +1,270 @@
+//! Reading a request: the key header, the body within its limit, and the
+//! fingerprint.
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, CONTENT_LENGTH, CONTENT_TYPE};
+use http::request::Parts;
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use idem_core::{validate_client_key, Fingerprint, KeyError};
+
+use crate::BoxError;
+
+/// Why the key header was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum KeyHeaderError {
+    /// More than one header line, or a list in one line.
+    Several,
+    /// A structured-field parameter after the value.
+    Parameters,
+    /// A quoted string that is not well formed.
+    BadQuoting,
+    /// The value breaks the key rules.
+    Key(KeyError),
+}
+
+impl KeyHeaderError {
+    pub(crate) fn detail(&self, header: &HeaderName) -> String {
+        match self {
+            KeyHeaderError::Several => {
+                format!("send exactly one `{header}` value, not a list or several header lines")
+            }
+            KeyHeaderError::Parameters => {
+                format!("the `{header}` value must not carry parameters (`;name=value`)")
+            }
+            KeyHeaderError::BadQuoting => format!(
+                "the `{header}` value starts with a quote but is not a well-formed quoted string"
+            ),
+            KeyHeaderError::Key(error) => error.to_string(),
+        }
+    }
+}
+
+/// Reads the one idempotency key from `headers`: `Ok(None)` when the header
+/// is absent.
+///
+/// Accepts the draft's structured-field string (`"abc"`, with `\"` and `\\`
+/// escapes) and a bare value (`abc`). A bare value may not hold `"`, `,` or
+/// `;`, since those would make it a list or carry parameters; quote the key
+/// to send those characters.
+pub(crate) fn client_key(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<String>, KeyHeaderError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(KeyHeaderError::Several);
+    }
+    let raw = value.as_bytes().trim_ascii();
+    let key = match raw.first() {
+        Some(b'"') => unquote(raw)?,
+        _ => {
+            if raw.contains(&b',') {
+                return Err(KeyHeaderError::Several);
+            }
+            if raw.contains(&b';') {
+                return Err(KeyHeaderError::Parameters);
+            }
+            if raw.contains(&b'"') {
+                return Err(KeyHeaderError::BadQuoting);
+            }
+            bytes_to_key(raw)?
+        }
+    };
+    validate_client_key(&key).map_err(KeyHeaderError::Key)?;
+    Ok(Some(key))
+}
+
+/// Parses an sf-string (RFC 8941 §3.3.3) that must make up the whole value.
+fn unquote(raw: &[u8]) -> Result<String, KeyHeaderError> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut rest = raw[1..].iter();
+    loop {
+        match rest.next() {
+            None => return Err(KeyHeaderError::BadQuoting),
+            Some(b'\\') => match rest.next() {
+                Some(&escaped @ (b'"' | b'\\')) => out.push(escaped),
+                _ => return Err(KeyHeaderError::BadQuoting),
+            },
+            Some(b'"') => break,
+            // Bytes outside visible ASCII are kept for the key rule to name.
+            Some(&byte) => out.push(byte),
+        }
+    }
+    match rest.as_slice().trim_ascii_start().first() {
+        None => bytes_to_key(&out),
+        Some(b';') => Err(KeyHeaderError::Parameters),
+        Some(b',') => Err(KeyHeaderError::Several),
+        Some(_) => Err(KeyHeaderError::BadQuoting),
+    }
+}
+
+fn bytes_to_key(bytes: &[u8]) -> Result<String, KeyHeaderError> {
+    match std::str::from_utf8(bytes) {
+        Ok(key) => Ok(key.to_owned()),
+        Err(_) => {
+            // Report the first byte the key rule refuses, as the rule would.
+            let offset = bytes
+                .iter()
+                .position(|b| !(0x21..=0x7e).contains(b))
+                .unwrap_or(0);
+            Err(KeyHeaderError::Key(KeyError::InvalidByte {
+                byte: bytes.get(offset).copied().unwrap_or(0),
+                offset,
+            }))
+        }
+    }
+}
+
+/// Why a body was not read.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// Over the limit.
+    TooLarge,
+    /// The stream failed.
+    Unreadable(BoxError),
+}
+
+/// Reads the whole body, refusing one longer than `limit` bytes. A
+/// `Content-Length` over the limit is refused before a byte is read.
+pub(crate) async fn collect_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+) -> Result<Bytes, BodyError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(error) => Err(BodyError::Unreadable(error)),
+    }
+}
+
+/// What the request means: method, path and query, content type and body,
+/// each length-prefixed ([`Fingerprint::of_parts`]).
+pub(crate) fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
+    // Every `Content-Type` line counts, joined as HTTP would combine them,
+    // so an added second line cannot hide behind the first.
+    let mut content_type = Vec::new();
+    for (i, value) in parts.headers.get_all(CONTENT_TYPE).iter().enumerate() {
+        if i > 0 {
+            content_type.extend_from_slice(b", ");
+        }
+        content_type.extend_from_slice(value.as_bytes());
+    }
+    Fingerprint::of_parts([
+        parts.method.as_str().as_bytes(),
+        path.as_bytes(),
+        &content_type,
+        body,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn key_of(values: &[&[u8]]) -> Result<Option<String>, KeyHeaderError> {
+        let name = HeaderName::from_static("idempotency-key");
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(&name, HeaderValue::from_bytes(value).unwrap());
+        }
+        client_key(&headers, &name)
+    }
+
+    #[test]
+    fn quoted_and_bare_keys_read_the_same() {
+        assert_eq!(key_of(&[b"abc"]), Ok(Some("abc".into())));
+        assert_eq!(key_of(&[b"\"abc\""]), Ok(Some("abc".into())));
+        assert_eq!(key_of(&[b"  \"abc\"  "]), Ok(Some("abc".into())));
+        assert_eq!(key_of(&[br#""a\"b\\c""#]), Ok(Some(r#"a"b\c"#.into())));
+        assert_eq!(key_of(&[b"\"a;b,c\""]), Ok(Some("a;b,c".into())));
+        assert_eq!(key_of(&[]), Ok(None));
+    }
+
+    #[test]
+    fn malformed_values_are_refused_with_their_reason() {
+        assert_eq!(key_of(&[b"a", b"b"]), Err(KeyHeaderError::Several));
+        assert_eq!(key_of(&[b"a, b"]), Err(KeyHeaderError::Several));
+        assert_eq!(key_of(&[b"\"a\", \"b\""]), Err(KeyHeaderError::Several));
+        assert_eq!(key_of(&[b"\"a\";p=1"]), Err(KeyHeaderError::Parameters));
+        assert_eq!(key_of(&[b"a;p=1"]), Err(KeyHeaderError::Parameters));
+        assert_eq!(key_of(&[b"\"abc"]), Err(KeyHeaderError::BadQuoting));
+        assert_eq!(key_of(&[b"\"a\\x\""]), Err(KeyHeaderError::BadQuoting));
+        assert_eq!(key_of(&[b"\"a\"b"]), Err(KeyHeaderError::BadQuoting));
+        assert_eq!(key_of(&[b"ab\"c"]), Err(KeyHeaderError::BadQuoting));
+        assert_eq!(key_of(&[b""]), Err(KeyHeaderError::Key(KeyError::Empty)));
+        assert_eq!(
+            key_of(&[b"\"\""]),
+            Err(KeyHeaderError::Key(KeyError::Empty))
+        );
+        assert!(matches!(
+            key_of(&[b"\"a b\""]),
+            Err(KeyHeaderError::Key(KeyError::InvalidByte {
+                byte: b' ',
+                ..
+            }))
+        ));
+        assert!(matches!(
+            key_of(&[b"cl\xc3\xa9"]),
+            Err(KeyHeaderError::Key(KeyError::InvalidByte { .. }))
+        ));
+        assert!(matches!(
+            key_of(&[b"caf\xe9"]),
+            Err(KeyHeaderError::Key(KeyError::InvalidByte {
+                byte: 0xe9,
+                offset: 3
+            }))
+        ));
+        let long = vec![b'k'; 256];
+        assert_eq!(
+            key_of(&[&long]),
+            Err(KeyHeaderError::Key(KeyError::TooLong { len: 256 }))
+        );
+        assert_eq!(key_of(&[&long[..255]]), Ok(Some("k".repeat(255))));
+    }
+
+    #[test]
+    fn fingerprint_tells_method_path_type_and_body_apart() {
+        let parts = |method: &str, uri: &str, ct: &str| {
+            let mut builder = http::Request::builder().method(method).uri(uri);
+            if !ct.is_empty() {
+                builder = builder.header(CONTENT_TYPE, ct);
+            }
+            builder.body(()).unwrap().into_parts().0
+        };
+        let base = fingerprint(&parts("POST", "/a?x=1", "application/json"), b"{}");
+        for other in [
+            fingerprint(&parts("PATCH", "/a?x=1", "application/json"), b"{}"),
+            fingerprint(&parts("POST", "/a?x=2", "application/json"), b"{}"),
+            fingerprint(&parts("POST", "/a?x=1", "text/plain"), b"{}"),
+            fingerprint(&parts("POST", "/a?x=1", ""), b"{}"),
+            fingerprint(&parts("POST", "/a?x=1", "application/json"), b"{ }"),
+        ] {
+            assert_ne!(base, other);
+        }
+        assert_eq!(
+            base,
+            fingerprint(&parts("POST", "/a?x=1", "application/json"), b"{}")
+        );
+    }
+}

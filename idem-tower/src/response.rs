@@ -1,0 +1,362 @@
+//! Recorded responses: reading the handler's response within its limit, and
+//! the stored format replays are built from.
+//!
+//! # Stored format (version 1)
+//!
+//! All integers are big-endian. The payload opens with a version byte (`1`)
+//! and a kind byte.
+//!
+//! * Kind `0`, a response: status (`u16`), header count (`u16`), then per
+//!   header its name length (`u16`), lowercase name, value length (`u32`)
+//!   and value bytes, then the body length (`u64`) and the body. Nothing may
+//!   follow.
+//! * Kind `1`, executed but not replayable: one reason byte, `1` when the
+//!   response body was over the limit, `2` when it failed while being read.
+//!
+//! Headers keep their order. `Set-Cookie` and hop-by-hop headers are never
+//! stored. Anything that does not parse exactly is a [`DecodeError`], never
+//! a panic.
+
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, SET_COOKIE};
+use http::{Response, StatusCode};
+use http_body::Body;
+use http_body_util::BodyExt;
+
+use crate::body::Prefixed;
+use crate::{BoxError, ResponseBody};
+
+const VERSION: u8 = 1;
+const KIND_RESPONSE: u8 = 0;
+const KIND_NOT_REPLAYABLE: u8 = 1;
+
+/// The header every replay carries.
+pub(crate) const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+// RFC 9110 §7.6.1 and the headers proxies treat the same way.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Why a request that ran has no response to replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unreplayable {
+    /// The body was over the response limit.
+    TooLarge,
+    /// The body failed while it was read.
+    BodyFailed,
+}
+
+impl Unreplayable {
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Unreplayable::TooLarge => "the response was too large to store",
+            Unreplayable::BodyFailed => "the response body failed while it was read",
+        }
+    }
+}
+
+/// A decoded payload.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Stored {
+    /// A response to replay.
+    Response {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// A marker for a request that ran without a replayable response.
+    Unreplayable(Unreplayable),
+}
+
+/// A payload that is not in the stored format.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct DecodeError(&'static str);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stored response does not decode: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Whether a response header is kept for replays.
+fn is_recorded(name: &HeaderName, headers: &HeaderMap) -> bool {
+    if *name == SET_COOKIE || HOP_BY_HOP.contains(&name.as_str()) {
+        return false;
+    }
+    // Headers that `Connection` names are hop-by-hop for this message too.
+    !headers.get_all(CONNECTION).iter().any(|value| {
+        value.to_str().is_ok_and(|list| {
+            list.split(',')
+                .any(|token| token.trim().eq_ignore_ascii_case(name.as_str()))
+        })
+    })
+}
+
+/// Encodes a response for the store, leaving out the headers that are
+/// never replayed.
+pub(crate) fn encode(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
+    let kept: Vec<(&HeaderName, &HeaderValue)> = headers
+        .iter()
+        .filter(|(name, _)| is_recorded(name, headers))
+        .collect();
+    let header_bytes: usize = kept
+        .iter()
+        .map(|(name, value)| 6 + name.as_str().len() + value.len())
+        .sum();
+    let mut out = Vec::with_capacity(14 + header_bytes + body.len());
+    out.extend_from_slice(&[VERSION, KIND_RESPONSE]);
+    out.extend_from_slice(&status.as_u16().to_be_bytes());
+    // `http` refuses maps this large long before these casts could wrap:
+    // at most 32 768 entries, names under 64 KiB.
+    out.extend_from_slice(&(kept.len() as u16).to_be_bytes());
+    for (name, value) in kept {
+        out.extend_from_slice(&(name.as_str().len() as u16).to_be_bytes());
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        out.extend_from_slice(value.as_bytes());
+    }
+    out.extend_from_slice(&(body.len() as u64).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Encodes the marker for a request that ran without a replayable response.
+pub(crate) fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
+    let reason = match why {
+        Unreplayable::TooLarge => 1,
+        Unreplayable::BodyFailed => 2,
+    };
+    vec![VERSION, KIND_NOT_REPLAYABLE, reason]
+}
+
+/// Decodes a payload written by [`encode`] or [`encode_unreplayable`].
+pub(crate) fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
+    let mut reader = Reader(payload);
+    if reader.take(1)? != [VERSION] {
+        return Err(DecodeError("unknown format version"));
+    }
+    let stored = match reader.take(1)?[0] {
+        KIND_RESPONSE => {
+            let status = StatusCode::from_u16(reader.u16()?)
+                .map_err(|_| DecodeError("status out of range"))?;
+            let count = reader.u16()?;
+            // Each header takes at least six bytes, so a damaged count
+            // cannot make this allocate more than the payload justifies.
+            let mut headers = HeaderMap::new();
+            headers
+                .try_reserve(usize::from(count).min(reader.0.len() / 6))
+                .map_err(|_| DecodeError("too many headers"))?;
+            for _ in 0..count {
+                let len = usize::from(reader.u16()?);
+                let name = HeaderName::from_bytes(reader.take(len)?)
+                    .map_err(|_| DecodeError("invalid header name"))?;
+                let len = reader.u32()? as usize;
+                let value = HeaderValue::from_bytes(reader.take(len)?)
+                    .map_err(|_| DecodeError("invalid header value"))?;
+                headers
+                    .try_append(name, value)
+                    .map_err(|_| DecodeError("too many headers"))?;
+            }
+            let len = usize::try_from(reader.u64()?)
+                .map_err(|_| DecodeError("body length out of range"))?;
+            let body = Bytes::copy_from_slice(reader.take(len)?);
+            Stored::Response {
+                status,
+                headers,
+                body,
+            }
+        }
+        KIND_NOT_REPLAYABLE => match reader.take(1)?[0] {
+            1 => Stored::Unreplayable(Unreplayable::TooLarge),
+            2 => Stored::Unreplayable(Unreplayable::BodyFailed),
+            _ => return Err(DecodeError("unknown marker reason")),
+        },
+        _ => return Err(DecodeError("unknown payload kind")),
+    };
+    if !reader.0.is_empty() {
+        return Err(DecodeError("trailing bytes"));
+    }
+    Ok(stored)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
+        if self.0.len() < len {
+            return Err(DecodeError("truncated"));
+        }
+        let (head, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        self.array().map(u16::from_be_bytes)
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        self.array().map(u32::from_be_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        self.array().map(u64::from_be_bytes)
+    }
+}
+
+/// The response a replay sends: the recorded status, headers and body, and
+/// `Idempotent-Replayed: true`.
+pub(crate) fn replay(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(ResponseBody::full(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+        .headers_mut()
+        .insert(REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+/// The handler's response body, read up to a limit.
+pub(crate) enum Collected {
+    /// The whole body.
+    Whole(Bytes),
+    /// Over the limit: what was read, and the rest still to stream.
+    TooLarge(ResponseBody),
+    /// The body failed while it was read.
+    Failed(BoxError),
+}
+
+/// Reads `body` whole unless it exceeds `limit` bytes. Trailers are not
+/// kept, so a first response and its replays send the same frames.
+pub(crate) async fn collect(mut body: ResponseBody, limit: usize) -> Collected {
+    let mut read = BytesMut::new();
+    if body.size_hint().lower() > limit as u64 {
+        return Collected::TooLarge(body);
+    }
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    read.extend_from_slice(&data);
+                    if read.len() > limit {
+                        let prefix = read.freeze();
+                        return Collected::TooLarge(ResponseBody::new(Prefixed::new(prefix, body)));
+                    }
+                }
+            }
+            Err(error) => return Collected::Failed(error),
+        }
+    }
+    Collected::Whole(read.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (StatusCode, HeaderMap, Bytes) {
+        let mut headers = HeaderMap::new();
+        headers.append("content-type", HeaderValue::from_static("application/json"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        headers.append("set-cookie", HeaderValue::from_static("s=1"));
+        headers.append("connection", HeaderValue::from_static("x-private"));
+        headers.append("x-private", HeaderValue::from_static("p"));
+        headers.append("transfer-encoding", HeaderValue::from_static("chunked"));
+        headers.append("x-bin", HeaderValue::from_bytes(b"\xff\x80").unwrap());
+        (
+            StatusCode::CREATED,
+            headers,
+            Bytes::from_static(b"\0{\"id\":1}\xff"),
+        )
+    }
+
+    #[test]
+    fn responses_round_trip_without_unrecorded_headers() {
+        let (status, headers, body) = sample();
+        let decoded = decode(&encode(status, &headers, &body)).unwrap();
+        let mut expected = HeaderMap::new();
+        expected.append("content-type", HeaderValue::from_static("application/json"));
+        expected.append("x-a", HeaderValue::from_static("1"));
+        expected.append("x-a", HeaderValue::from_static("2"));
+        expected.append("x-bin", HeaderValue::from_bytes(b"\xff\x80").unwrap());
+        assert_eq!(
+            decoded,
+            Stored::Response {
+                status,
+                headers: expected,
+                body
+            }
+        );
+    }
+
+    #[test]
+    fn empty_responses_and_markers_round_trip() {
+        let empty = encode(StatusCode::NO_CONTENT, &HeaderMap::new(), b"");
+        assert_eq!(
+            decode(&empty).unwrap(),
+            Stored::Response {
+                status: StatusCode::NO_CONTENT,
+                headers: HeaderMap::new(),
+                body: Bytes::new()
+            }
+        );
+        for why in [Unreplayable::TooLarge, Unreplayable::BodyFailed] {
+            assert_eq!(
+                decode(&encode_unreplayable(why)).unwrap(),
+                Stored::Unreplayable(why)
+            );
+        }
+    }
+
+    #[test]
+    fn every_truncation_and_corruption_is_an_error_not_a_panic() {
+        let (status, headers, body) = sample();
+        let good = encode(status, &headers, &body);
+        for len in 0..good.len() {
+            assert!(decode(&good[..len]).is_err(), "prefix of {len} bytes");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer), Err(DecodeError("trailing bytes")));
+        // Flipping any byte must never panic, whatever it decodes to.
+        for at in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[at] ^= 1 << bit;
+                let _ = decode(&bad);
+            }
+        }
+        assert!(decode(&[2, 0]).is_err());
+        assert!(decode(&[1, 7]).is_err());
+        assert!(decode(&[1, 1, 9]).is_err());
+        assert!(decode(&[1, 0, 0, 99, 0, 0]).is_err());
+        let huge_body = [
+            1, 0, 0, 200, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        ];
+        assert!(decode(&huge_body).is_err());
+    }
+}

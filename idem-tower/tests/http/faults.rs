@@ -1,0 +1,364 @@
+//! Faults: failing stores, clients that leave, handlers that panic,
+//! responses too large to keep and records that do not decode.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::{Request, State};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::Response;
+use idem_core::{
+    Begin, Fingerprint, Insert, MemoryStore, NewRecord, Record, State as RecordState, Store,
+    StoreError, Token,
+};
+use idem_tower::IdempotencyLayer;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tower::ServiceExt;
+
+use crate::support::{
+    app, eventually, on_every_backend, post, problem, serve, start, Backend, BIG_BODY,
+};
+
+const BODY: &str = r#"{"amount":1250,"currency":"EUR"}"#;
+
+/// A store that is down: every call fails as a broken backend would.
+#[derive(Debug)]
+struct DownStore;
+
+fn down() -> StoreError {
+    StoreError::backend("down", io::Error::other("the store is down"))
+}
+
+#[async_trait]
+impl Store for DownStore {
+    async fn insert(&self, _: &str, _: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        Err(down())
+    }
+    async fn swap(&self, _: &str, _: Token, _: &NewRecord<'_>) -> Result<bool, StoreError> {
+        Err(down())
+    }
+    async fn take_over(&self, _: &str, _: Token, _: &NewRecord<'_>) -> Result<bool, StoreError> {
+        Err(down())
+    }
+    async fn remove(&self, _: &str, _: Token) -> Result<bool, StoreError> {
+        Err(down())
+    }
+    async fn load(&self, _: &str) -> Result<Option<Record>, StoreError> {
+        Err(down())
+    }
+    async fn purge_expired(&self, _: usize) -> Result<usize, StoreError> {
+        Err(down())
+    }
+}
+
+#[tokio::test]
+async fn a_store_failure_is_503_and_runs_nothing() {
+    let store: Arc<dyn Store> = Arc::new(DownStore);
+    let (url, handlers) = start(IdempotencyLayer::new(store)).await;
+    let client = reqwest::Client::new();
+    let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem(response, 503).await, "store-unavailable");
+    assert_eq!(handlers.runs(), 0);
+    // Requests the layer does not protect never reach the store.
+    let unkeyed = post(&client, &format!("{url}/payments"), None, BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.status(), 201);
+    let get = client
+        .get(format!("{url}/payments"))
+        .header("idempotency-key", "k");
+    assert_eq!(get.send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn fail_open_runs_the_handler_unprotected_when_the_store_fails() {
+    let (url, handlers) = start(IdempotencyLayer::new(DownStore).fail_open(true)).await;
+    let client = reqwest::Client::new();
+    for run in 1..=2 {
+        let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        assert!(response.headers().get("idempotent-replayed").is_none());
+        assert_eq!(handlers.runs(), run);
+    }
+}
+
+/// A store that never answers, as a backend behind a dead connection.
+#[derive(Debug)]
+struct HungStore;
+
+#[async_trait]
+impl Store for HungStore {
+    async fn insert(&self, _: &str, _: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        std::future::pending().await
+    }
+    async fn swap(&self, _: &str, _: Token, _: &NewRecord<'_>) -> Result<bool, StoreError> {
+        std::future::pending().await
+    }
+    async fn take_over(&self, _: &str, _: Token, _: &NewRecord<'_>) -> Result<bool, StoreError> {
+        std::future::pending().await
+    }
+    async fn remove(&self, _: &str, _: Token) -> Result<bool, StoreError> {
+        std::future::pending().await
+    }
+    async fn load(&self, _: &str) -> Result<Option<Record>, StoreError> {
+        std::future::pending().await
+    }
+    async fn purge_expired(&self, _: usize) -> Result<usize, StoreError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_hangs_is_a_store_failure_after_the_timeout() {
+    let layer = IdempotencyLayer::new(HungStore).with_store_timeout(Duration::from_millis(100));
+    let (url, handlers) = start(layer.clone()).await;
+    let client = reqwest::Client::new();
+    let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem(response, 503).await, "store-unavailable");
+    assert_eq!(handlers.runs(), 0);
+
+    let (url, handlers) = start(layer.fail_open(true)).await;
+    let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(handlers.runs(), 1);
+}
+
+/// A memory store whose first attempt to record an outcome fails.
+#[derive(Debug, Default)]
+struct RecordFailsOnce {
+    store: MemoryStore,
+    failed: AtomicBool,
+}
+
+#[async_trait]
+impl Store for RecordFailsOnce {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        self.store.insert(key, record).await
+    }
+    async fn swap(
+        &self,
+        key: &str,
+        token: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        if record.state == RecordState::Completed && !self.failed.swap(true, Ordering::SeqCst) {
+            return Err(down());
+        }
+        self.store.swap(key, token, record).await
+    }
+    async fn take_over(
+        &self,
+        key: &str,
+        token: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.store.take_over(key, token, record).await
+    }
+    async fn remove(&self, key: &str, token: Token) -> Result<bool, StoreError> {
+        self.store.remove(key, token).await
+    }
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.store.load(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.store.purge_expired(limit).await
+    }
+}
+
+#[tokio::test]
+async fn a_store_blip_while_recording_is_retried_so_the_retry_is_a_replay() {
+    let (url, handlers) = start(IdempotencyLayer::new(RecordFailsOnce::default())).await;
+    let client = reqwest::Client::new();
+    let send = || post(&client, &format!("{url}/payments"), Some("blip"), BODY).send();
+    assert_eq!(send().await.unwrap().status(), 201);
+    let again = send().await.unwrap();
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(handlers.runs(), 1);
+}
+
+async fn note_dropped(
+    State(dropped): State<Arc<AtomicBool>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    struct Guard(Arc<AtomicBool>, bool);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let mut guard = Guard(dropped, false);
+    let response = next.run(request).await;
+    guard.1 = true;
+    response
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_request_gets_the_replay_on_retry() {
+    on_every_backend(|backend: Backend| async move {
+        let (router, handlers) = app(IdempotencyLayer::from_idempotent(backend.idem()));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let router = router.layer(from_fn_with_state(Arc::clone(&dropped), note_dropped));
+        let addr = serve(router).await;
+
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /gated HTTP/1.1\r\nhost: test\r\nidempotency-key: gone\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+            BODY.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        eventually("the handler runs", || async { handlers.runs() == 1 }).await;
+        drop(stream);
+        // The server must have given up on the response before the handler
+        // finishes, or this would not test a disconnect.
+        eventually("the server drops the request", || async {
+            dropped.load(Ordering::SeqCst)
+        })
+        .await;
+        handlers.gate.add_permits(1);
+
+        let client = reqwest::Client::new();
+        let url = format!("http://{addr}/gated");
+        eventually("the retry is a replay", || async {
+            let response = post(&client, &url, Some("gone"), BODY)
+                .send()
+                .await
+                .unwrap();
+            response.status() == 201 && response.headers()["idempotent-replayed"] == "true"
+        })
+        .await;
+        assert_eq!(handlers.runs(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dropping_the_response_future_does_not_cancel_the_handler_or_its_recording() {
+    on_every_backend(|backend: Backend| async move {
+        let (router, handlers) = app(IdempotencyLayer::from_idempotent(backend.idem()));
+        let request = || {
+            axum::http::Request::post("/gated")
+                .header("idempotency-key", "dropped")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(BODY))
+                .unwrap()
+        };
+        // The call is polled until the handler is inside, then dropped, as
+        // a server drops the future of a client that went away.
+        let call = router.clone().oneshot(request());
+        tokio::select! {
+            _ = call => panic!("the gated handler cannot have answered"),
+            () = eventually("the handler runs", || async { handlers.runs() == 1 }) => {}
+        }
+        handlers.gate.add_permits(1);
+        eventually("the retry is a replay", || async {
+            let response = router.clone().oneshot(request()).await.unwrap();
+            response
+                .headers()
+                .get("idempotent-replayed")
+                .is_some_and(|v| v == "true")
+        })
+        .await;
+        assert_eq!(handlers.runs(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_response_too_large_to_store_is_sent_once_and_never_run_again() {
+    on_every_backend(|backend: Backend| async move {
+        let layer = IdempotencyLayer::from_idempotent(backend.idem()).with_max_response_body(1024);
+        let (url, handlers) = start(layer).await;
+        let client = reqwest::Client::new();
+        let send = || post(&client, &format!("{url}/big"), Some("big"), BODY).send();
+        let first = send().await.unwrap();
+        assert_eq!(first.status(), 200);
+        assert_eq!(first.bytes().await.unwrap().len(), BIG_BODY);
+        let again = send().await.unwrap();
+        assert!(again.headers().get("retry-after").is_none());
+        assert_eq!(problem(again, 409).await, "not-replayable");
+        assert_eq!(handlers.runs(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_response_body_that_fails_is_a_500_and_never_run_again() {
+    on_every_backend(|backend: Backend| async move {
+        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+        let client = reqwest::Client::new();
+        let send = || post(&client, &format!("{url}/broken"), Some("broken"), BODY).send();
+        assert_eq!(problem(send().await.unwrap(), 500).await, "internal");
+        assert_eq!(problem(send().await.unwrap(), 409).await, "not-replayable");
+        assert_eq!(handlers.runs(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_panicking_handler_keeps_its_key_until_the_lease_lapses() {
+    on_every_backend(|backend: Backend| async move {
+        // Long enough for the panic to be reported before the retry, short
+        // enough for the takeover to come within the polling bound.
+        let idem = backend.idem().with_lease(Duration::from_secs(2));
+        let (url, handlers) = start(IdempotencyLayer::from_idempotent(idem)).await;
+        let client = reqwest::Client::new();
+        let send = || post(&client, &format!("{url}/panic"), Some("boom"), BODY).send();
+        assert_eq!(problem(send().await.unwrap(), 500).await, "internal");
+        assert_eq!(problem(send().await.unwrap(), 409).await, "in-progress");
+        assert_eq!(handlers.runs(), 1);
+        // Once the lease lapses, one retry takes the key over and runs again.
+        eventually("a retry takes the key over", || async {
+            send().await.unwrap().status() == 500 && handlers.runs() == 2
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_damaged_record_is_a_500_problem_not_a_panic() {
+    on_every_backend(|backend: Backend| async move {
+        let idem = backend.idem();
+        // The documented fingerprint: method, path and query, content type, body.
+        let fingerprint = Fingerprint::of_parts([
+            &b"POST"[..],
+            b"/payments",
+            b"application/json",
+            BODY.as_bytes(),
+        ]);
+        let Ok(Begin::Run(lease)) = idem.begin("damaged", fingerprint).await else {
+            panic!("a fresh key is claimed");
+        };
+        lease.complete(b"\x01\x00not a response").await.unwrap();
+        let (url, handlers) = start(IdempotencyLayer::from_idempotent(idem)).await;
+        let client = reqwest::Client::new();
+        let response = post(&client, &format!("{url}/payments"), Some("damaged"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(problem(response, 500).await, "internal");
+        assert_eq!(handlers.runs(), 0);
+    })
+    .await;
+}
