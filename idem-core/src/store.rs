@@ -81,7 +81,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// `InFlight` and holds `expected`; returns whether it did.
     ///
     /// This is how an owner completes, fails or renews its lease. The new
-    /// deadlines are computed from now.
+    /// deadlines are computed from now. The lease is deliberately not
+    /// checked: an owner whose lease lapsed while nobody took the key over
+    /// is still the only one that ran the work, so its outcome is recorded;
+    /// once a takeover changed the token, the swap fails.
     async fn swap(
         &self,
         key: &str,
