@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use idem_core::{Begin, Error, KeyError, Lease, StoreError, When};
+use idem_core::{Begin, Error, Fingerprint, Idempotent, KeyError, Lease, StoreError, When};
 use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
@@ -120,6 +120,48 @@ where
     };
     let fingerprint = fingerprint(&parts, &body);
     let request = Request::from_parts(parts, RequestBody::full(body));
+    // From the claim on, everything runs in a task of its own: a client that
+    // hangs up while the claim is in flight must not leave a claimed key
+    // that nobody will run or release, and one that hangs up mid-handler
+    // must not cancel the handler or its recording.
+    let key_for_log = key.clone();
+    match tokio::spawn(claim_and_run(
+        inner,
+        config,
+        idem,
+        key,
+        fingerprint,
+        request,
+    ))
+    .await
+    {
+        Ok(result) => result,
+        Err(join) => {
+            // The side effect may have happened, so the key is left claimed
+            // until its lease lapses rather than released.
+            tracing::error!(key = key_for_log, error = %join, "handler task failed; the key stays claimed until its lease lapses");
+            Ok(Problem::Internal("the handler failed").into_response())
+        }
+    }
+}
+
+/// Claims the key, then runs and records the handler, or answers with the
+/// replay or the problem.
+async fn claim_and_run<S, ResBody>(
+    inner: S,
+    config: Arc<Config>,
+    idem: Idempotent,
+    key: String,
+    fingerprint: Fingerprint,
+    request: Request<RequestBody>,
+) -> Result<Response<ResponseBody>, S::Error>
+where
+    S: Service<Request<RequestBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
     let begun =
         match tokio::time::timeout(config.store_timeout, idem.begin(&key, fingerprint)).await {
             Ok(begun) => begun,
@@ -129,7 +171,7 @@ where
             }),
         };
     let problem = match begun {
-        Ok(Begin::Run(lease)) => return run(inner, config, lease, request).await,
+        Ok(Begin::Run(lease)) => return execute(inner, config, lease, request).await,
         Ok(Begin::Replay(replay)) => match response::decode(replay.payload()) {
             Ok(Stored::Response {
                 status,
@@ -179,33 +221,6 @@ where
 {
     let response = inner.call(request).await?;
     Ok(response.map(ResponseBody::new))
-}
-
-/// Runs the handler and records its response in a task of its own, so that
-/// a dropped client connection cannot cancel either.
-async fn run<S, ResBody>(
-    inner: S,
-    config: Arc<Config>,
-    lease: Lease,
-    request: Request<RequestBody>,
-) -> Result<Response<ResponseBody>, S::Error>
-where
-    S: Service<Request<RequestBody>, Response = Response<ResBody>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
-    let key = lease.key().to_string();
-    match tokio::spawn(execute(inner, config, lease, request)).await {
-        Ok(result) => result,
-        Err(join) => {
-            // The side effect may have happened, so the key is left claimed
-            // until its lease lapses rather than released.
-            tracing::error!(key, error = %join, "handler task failed; the key stays claimed until its lease lapses");
-            Ok(Problem::Internal("the handler failed").into_response())
-        }
-    }
 }
 
 enum Outcome {

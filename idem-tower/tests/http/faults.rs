@@ -362,3 +362,75 @@ async fn a_damaged_record_is_a_500_problem_not_a_panic() {
     })
     .await;
 }
+
+/// A store whose claim lands at once but whose answer is slow to come back,
+/// as over a loaded network; it tells the test when the claim has landed.
+#[derive(Debug)]
+struct SlowAnswer {
+    inner: MemoryStore,
+    landed: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl Store for SlowAnswer {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        let found = self.inner.insert(key, record).await;
+        self.landed.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        found
+    }
+    async fn swap(&self, key: &str, t: Token, record: &NewRecord<'_>) -> Result<bool, StoreError> {
+        self.inner.swap(key, t, record).await
+    }
+    async fn take_over(&self, key: &str, t: Token, r: &NewRecord<'_>) -> Result<bool, StoreError> {
+        self.inner.take_over(key, t, r).await
+    }
+    async fn remove(&self, key: &str, t: Token) -> Result<bool, StoreError> {
+        self.inner.remove(key, t).await
+    }
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.load(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+// Regression: the claim ran in the request's own future, so a client that
+// hung up while the claim was in flight left the key claimed with nobody to
+// run or release it, and every retry got 409 for a whole lease.
+#[tokio::test]
+async fn a_client_that_hangs_up_while_the_claim_is_in_flight_can_retry_at_once() {
+    let landed = Arc::new(AtomicBool::new(false));
+    let store = SlowAnswer {
+        inner: MemoryStore::new(),
+        landed: Arc::clone(&landed),
+    };
+    let (router, handlers) = app(IdempotencyLayer::new(store));
+    let request = || {
+        axum::http::Request::post("/payments")
+            .header("idempotency-key", "hung-up")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(BODY))
+            .unwrap()
+    };
+    let call = router.clone().oneshot(request());
+    tokio::select! {
+        _ = call => panic!("the claim's answer cannot have come back yet"),
+        () = eventually("the claim lands", || async { landed.load(Ordering::SeqCst) }) => {}
+    }
+    // Well inside the 60 s lease: a stuck key would answer 409 throughout.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let response = router.clone().oneshot(request()).await.unwrap();
+        if response.status() == 201 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the key stayed claimed after the client hung up: {}",
+            response.status()
+        );
+    }
+    assert_eq!(handlers.runs(), 1);
+}
