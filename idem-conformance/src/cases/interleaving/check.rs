@@ -3,7 +3,11 @@
 //!
 //! Every check is sound under any scheduling delay: a call's effect
 //! happened somewhere between its recorded start and end, so a check only
-//! fires when every such placement breaks the rule.
+//! fires when every such placement breaks the rule. A call whose caller was
+//! dropped before the answer is in doubt: it may have taken effect at any
+//! time after its start, or never. Checks that need something to have
+//! happened count it as possible; checks that fire on something happening
+//! count only what surely did.
 
 use std::time::Duration;
 
@@ -61,8 +65,19 @@ pub(super) struct Evidence<'a> {
     pub(super) finals: &'a [Option<Record>],
 }
 
+/// A call that surely granted the key.
 fn is_grant(op: &Op) -> bool {
-    op.changed && matches!(op.call, Call::Insert | Call::TakeOver)
+    op.changed == Some(true) && matches!(op.call, Call::Insert | Call::TakeOver)
+}
+
+/// A call that granted the key, or may have (it is in doubt).
+fn may_grant(op: &Op) -> bool {
+    op.changed != Some(false) && matches!(op.call, Call::Insert | Call::TakeOver)
+}
+
+/// A call that surely, or possibly, changed the record.
+fn may_change(op: &Op) -> bool {
+    op.changed != Some(false)
 }
 
 fn written_token(op: &Op) -> Option<Token> {
@@ -73,16 +88,21 @@ fn written_state(op: &Op) -> Option<State> {
     op.written.as_ref().map(|w| w.state)
 }
 
-/// A successful call by which the holder of `token` let the key go: it
-/// settled, released, or was taken over.
-fn lets_go(op: &Op, token: Token) -> bool {
-    op.changed
+/// A call by which the holder of `token` let the key go, surely or possibly:
+/// it settled, released, or was taken over.
+fn may_let_go(op: &Op, token: Token) -> bool {
+    may_change(op)
         && op.expected == Some(token)
         && match op.call {
             Call::Remove | Call::TakeOver => true,
             Call::Swap => written_state(op) != Some(State::InFlight),
             _ => false,
         }
+}
+
+/// A call by which the holder of `token` surely let the key go.
+fn lets_go(op: &Op, token: Token) -> bool {
+    op.changed == Some(true) && may_let_go(op, token)
 }
 
 /// Every broken invariant, as a sentence.
@@ -112,15 +132,18 @@ fn one_owner_per_lease(k: usize, ops: &[&Op], found: &mut Vec<String>) {
     for (i, second) in ops.iter().enumerate().filter(|(_, op)| is_grant(op)) {
         for first in ops
             .iter()
-            .filter(|op| is_grant(op) && op.end < second.start)
+            .filter(|op| is_grant(op) && op.ended_before(second.start))
         {
             let Some(holder) = written_token(first) else {
+                continue;
+            };
+            let Some(second_end) = second.end else {
                 continue;
             };
             let let_go = ops
                 .iter()
                 .enumerate()
-                .any(|(j, op)| j != i && lets_go(op, holder) && op.start < second.end);
+                .any(|(j, op)| j != i && may_let_go(op, holder) && op.start < second_end);
             if let_go {
                 continue;
             }
@@ -129,19 +152,21 @@ fn one_owner_per_lease(k: usize, ops: &[&Op], found: &mut Vec<String>) {
             let lease_until = ops
                 .iter()
                 .filter(|op| {
-                    op.changed && op.end < second.start && written_token(op) == Some(holder)
+                    op.changed == Some(true)
+                        && op.ended_before(second.start)
+                        && written_token(op) == Some(holder)
                 })
                 .filter(|op| written_state(op) == Some(State::InFlight))
                 .filter_map(|op| Some(op.start + op.written.as_ref()?.lease?))
                 .max();
             if let Some(until) = lease_until {
-                if second.end + TOLERANCE < until {
+                if second_end + TOLERANCE < until {
                     found.push(format!(
                         "key {k} was granted by {:?} to caller {:?} while caller {:?}'s lease had {:?} left",
                         second.call,
                         second.caller,
                         first.caller,
-                        until - second.end
+                        until - second_end
                     ));
                 }
             }
@@ -153,12 +178,12 @@ fn one_owner_per_lease(k: usize, ops: &[&Op], found: &mut Vec<String>) {
 /// record again.
 fn stale_tokens_change_nothing(k: usize, ops: &[&Op], found: &mut Vec<String>) {
     for (i, op) in ops.iter().enumerate() {
-        let Some(token) = op.expected.filter(|_| op.changed) else {
+        let Some(token) = op.expected.filter(|_| op.changed == Some(true)) else {
             continue;
         };
         let Some(granted) = ops
             .iter()
-            .find(|g| is_grant(g) && written_token(g) == Some(token))
+            .find(|g| may_grant(g) && written_token(g) == Some(token))
         else {
             found.push(format!(
                 "key {k}: {:?} succeeded with a token the store never granted",
@@ -168,11 +193,11 @@ fn stale_tokens_change_nothing(k: usize, ops: &[&Op], found: &mut Vec<String>) {
         };
         let dead = ops.iter().enumerate().find(|(j, other)| {
             *j != i
-                && other.end < op.start
+                && other.ended_before(op.start)
                 && (lets_go(other, token)
                     || (is_grant(other)
                         && written_token(other) != Some(token)
-                        && other.start > granted.end))
+                        && granted.ended_before(other.start)))
         });
         if let Some((_, other)) = dead {
             found.push(format!(
@@ -191,11 +216,16 @@ fn final_record_is_the_last_settled(
     last: Option<&Record>,
     found: &mut Vec<String>,
 ) {
-    let settled: Vec<&&Op> = ops
+    let may_settle: Vec<&&Op> = ops
         .iter()
         .filter(|op| {
-            op.changed && op.call == Call::Swap && written_state(op) != Some(State::InFlight)
+            may_change(op) && op.call == Call::Swap && written_state(op) != Some(State::InFlight)
         })
+        .collect();
+    let settled: Vec<&&Op> = may_settle
+        .iter()
+        .copied()
+        .filter(|op| op.changed == Some(true))
         .collect();
     if settled.len() > 1 {
         found.push(format!(
@@ -209,18 +239,25 @@ fn final_record_is_the_last_settled(
         }
         return;
     };
-    match (
-        record.state,
-        settled.last().and_then(|op| op.written.as_ref()),
-    ) {
+    // Of the settlements that surely or possibly happened, the record must
+    // hold one's bytes exactly; a sure one is preferred in the message.
+    let written = may_settle
+        .iter()
+        .filter_map(|op| op.written.as_ref())
+        .find(|w| w.state == record.state && w.payload == record.payload)
+        .or_else(|| settled.last().and_then(|op| op.written.as_ref()))
+        .or_else(|| may_settle.last().and_then(|op| op.written.as_ref()));
+    match (record.state, written) {
         (State::InFlight, _) => {
             // The owner in the record must have been granted the key, and no
             // grant may have surely come after its own.
             let owner = ops
                 .iter()
-                .find(|op| is_grant(op) && written_token(op) == Some(record.token));
-            let superseded = owner
-                .is_some_and(|owner| ops.iter().any(|op| is_grant(op) && op.start > owner.end));
+                .find(|op| may_grant(op) && written_token(op) == Some(record.token));
+            let superseded = owner.is_some_and(|owner| {
+                ops.iter()
+                    .any(|op| is_grant(op) && owner.ended_before(op.start))
+            });
             if owner.is_none() || superseded {
                 found.push(format!(
                     "key {k}: the record in flight is not the last owner's"
@@ -249,7 +286,10 @@ fn runs_hold_the_key(evidence: &Evidence<'_>, found: &mut Vec<String>) {
     for run in evidence.runs {
         let key = &evidence.keys[usize::from(run.key)];
         let granted = evidence.ops.iter().any(|op| {
-            is_grant(op) && op.key == *key && op.caller == Some(run.caller) && op.end <= run.start
+            is_grant(op)
+                && op.key == *key
+                && op.caller == Some(run.caller)
+                && op.end.is_some_and(|end| end <= run.start)
         });
         if !granted {
             found.push(format!(
@@ -275,7 +315,7 @@ fn answers_fit_one_history(evidence: &Evidence<'_>, found: &mut Vec<String>) {
             evidence
                 .ops
                 .iter()
-                .filter(|op| is_grant(op) && op.key == *key)
+                .filter(|op| may_grant(op) && op.key == *key)
         };
         let fingerprint = Fingerprint::of_json(&body(caller.body)).ok();
         let last = evidence.finals[k].as_ref();

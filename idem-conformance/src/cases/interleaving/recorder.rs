@@ -36,6 +36,11 @@ pub(super) struct Written {
 }
 
 /// One store call, as seen from outside the store.
+///
+/// A call is written down when it starts. One whose caller was dropped
+/// before the answer came back stays *in doubt*: on a networked store the
+/// request may already be on the server and take effect anyway, so the
+/// checks must allow both outcomes.
 #[derive(Debug, Clone)]
 pub(super) struct Op {
     pub(super) caller: Option<usize>,
@@ -43,11 +48,20 @@ pub(super) struct Op {
     pub(super) key: String,
     pub(super) expected: Option<Token>,
     pub(super) written: Option<Written>,
-    /// Whether it changed the record: `Inserted` or `true`.
-    pub(super) changed: bool,
+    /// Whether it changed the record (`Inserted` or `true`); `None` while
+    /// in doubt.
+    pub(super) changed: Option<bool>,
     pub(super) error: Option<String>,
     pub(super) start: Instant,
-    pub(super) end: Instant,
+    /// When the answer came back; `None` while in doubt.
+    pub(super) end: Option<Instant>,
+}
+
+impl Op {
+    /// Whether the call surely took effect (or surely did not) before `at`.
+    pub(super) fn ended_before(&self, at: Instant) -> bool {
+        self.end.is_some_and(|end| end < at)
+    }
 }
 
 /// Wraps the store under test.
@@ -65,7 +79,7 @@ impl Recorder {
         }
     }
 
-    /// Every call so far, in the order they ended.
+    /// Every call so far, in the order they started.
     pub(super) fn ops(&self) -> Vec<Op> {
         self.lock().clone()
     }
@@ -74,16 +88,14 @@ impl Recorder {
         self.ops.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes down one call; `outcome` is whether it changed the record.
-    fn note(
+    /// Writes down a call as it starts, in doubt until [`Recorder::answer`].
+    fn start(
         &self,
         call: Call,
         key: &str,
         expected: Option<Token>,
         record: Option<&NewRecord<'_>>,
-        start: Instant,
-        outcome: Result<bool, &StoreError>,
-    ) {
+    ) -> usize {
         let op = Op {
             caller: CALLER.try_with(|caller| *caller).ok(),
             call,
@@ -96,22 +108,36 @@ impl Recorder {
                 payload: r.payload.to_vec(),
                 lease: r.lease,
             }),
-            changed: matches!(outcome, Ok(true)),
-            error: outcome.err().map(ToString::to_string),
-            start,
-            end: Instant::now(),
+            changed: None,
+            error: None,
+            start: Instant::now(),
+            end: None,
         };
-        self.lock().push(op);
+        let mut ops = self.lock();
+        ops.push(op);
+        ops.len() - 1
+    }
+
+    /// Writes down the answer to call `index`; `outcome` is whether it
+    /// changed the record.
+    fn answer(&self, index: usize, outcome: Result<bool, &StoreError>) {
+        let mut ops = self.lock();
+        let op = &mut ops[index];
+        op.changed = Some(matches!(outcome, Ok(true)));
+        op.error = outcome.err().map(ToString::to_string);
+        op.end = Some(Instant::now());
     }
 }
 
 #[async_trait]
 impl Store for Recorder {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
-        let start = Instant::now();
+        let op = self.start(Call::Insert, key, None, Some(record));
         let result = self.inner.insert(key, record).await;
-        let outcome = result.as_ref().map(|insert| *insert == Insert::Inserted);
-        self.note(Call::Insert, key, None, Some(record), start, outcome);
+        self.answer(
+            op,
+            result.as_ref().map(|insert| *insert == Insert::Inserted),
+        );
         result
     }
 
@@ -121,17 +147,9 @@ impl Store for Recorder {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
-        let start = Instant::now();
+        let op = self.start(Call::Swap, key, Some(expected), Some(record));
         let result = self.inner.swap(key, expected, record).await;
-        let outcome = result.as_ref().copied();
-        self.note(
-            Call::Swap,
-            key,
-            Some(expected),
-            Some(record),
-            start,
-            outcome,
-        );
+        self.answer(op, result.as_ref().copied());
         result
     }
 
@@ -141,41 +159,30 @@ impl Store for Recorder {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
-        let start = Instant::now();
+        let op = self.start(Call::TakeOver, key, Some(expected), Some(record));
         let result = self.inner.take_over(key, expected, record).await;
-        let outcome = result.as_ref().copied();
-        self.note(
-            Call::TakeOver,
-            key,
-            Some(expected),
-            Some(record),
-            start,
-            outcome,
-        );
+        self.answer(op, result.as_ref().copied());
         result
     }
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
-        let start = Instant::now();
+        let op = self.start(Call::Remove, key, Some(expected), None);
         let result = self.inner.remove(key, expected).await;
-        let outcome = result.as_ref().copied();
-        self.note(Call::Remove, key, Some(expected), None, start, outcome);
+        self.answer(op, result.as_ref().copied());
         result
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let start = Instant::now();
+        let op = self.start(Call::Load, key, None, None);
         let result = self.inner.load(key).await;
-        let outcome = result.as_ref().map(|_| false);
-        self.note(Call::Load, key, None, None, start, outcome);
+        self.answer(op, result.as_ref().map(|_| false));
         result
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        let start = Instant::now();
+        let op = self.start(Call::Purge, "", None, None);
         let result = self.inner.purge_expired(limit).await;
-        let outcome = result.as_ref().map(|_| false);
-        self.note(Call::Purge, "", None, None, start, outcome);
+        self.answer(op, result.as_ref().map(|_| false));
         result
     }
 }
