@@ -1,1 +1,110 @@
-//! Work in progress.
+//! A PostgreSQL [`Store`](idem_core::Store) for idem: one table, the
+//! database's clock, one statement per operation.
+//!
+//! ```no_run
+//! use idem_core::Idempotent;
+//! use idem_postgres::PostgresStore;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PostgresStore::connect("postgres://app@127.0.0.1/app")
+//!     .await?
+//!     .with_table("idem_records")?;
+//! store.migrate().await?; // creates the table and its index if missing
+//!
+//! let idem = Idempotent::new(store);
+//! let receipt: String = idem
+//!     .execute("order-7f3a", &("charge", 1250), || async {
+//!         Ok::<_, std::io::Error>("ch_1".to_owned())
+//!     })
+//!     .await?;
+//! # let _ = receipt;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The table
+//!
+//! [`migrate`](PostgresStore::migrate) creates one logged table (a crash of
+//! the database does not forget recorded outcomes) and an index on
+//! `retain_until` for purging:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS "idem_records" (
+//!     key text COLLATE "C" PRIMARY KEY,  -- the encoded idempotency key
+//!     token bytea NOT NULL,              -- the owner's 16-byte fencing token
+//!     fingerprint bytea NOT NULL,        -- SHA-256 of the request
+//!     state smallint NOT NULL,           -- 0 in flight, 1 completed, 2 failed
+//!     payload bytea NOT NULL,            -- the encoded outcome
+//!     lease_until timestamptz,           -- in flight only
+//!     retain_until timestamptz NOT NULL  -- the row is absent after this
+//! );
+//! CREATE INDEX IF NOT EXISTS "idem_records_retain_idx" ON "idem_records" (retain_until);
+//! ```
+//!
+//! # Time
+//!
+//! Leases and retention go to the database as intervals; every deadline is
+//! `statement_timestamp() + interval` and every comparison and remaining
+//! time is computed against `statement_timestamp()` in SQL. The application
+//! servers' clocks never matter. `statement_timestamp()` is fixed for the
+//! whole statement, so the liveness test and the new deadlines within one
+//! statement agree (`clock_timestamp()` moves between the columns of one
+//! row), and unlike `now()` it does not stay at the start of an enclosing
+//! transaction. A statement that waits on a row lock keeps its start time,
+//! so the deadlines it writes count from when it began: a lease it grants
+//! is shorter by that wait, which the heartbeat's margin (it renews every
+//! third of the lease) absorbs.
+//!
+//! # Round trips
+//!
+//! Each [`Store`](idem_core::Store) method is one statement in its own
+//! implicit transaction, run as a prepared statement from sqlx's
+//! per-connection cache: a first execution costs two statements (claim,
+//! complete), a replay, an in-progress answer or a mismatch one. The claim
+//! inserts the record, replaces an expired one, or returns the live one —
+//! also when a concurrent transaction committed that row after the
+//! statement's snapshot was taken. A replay writes nothing.
+//!
+//! # Purging expired records
+//!
+//! An expired record is absent to every method at once; its row stays until
+//! [`purge_expired`](idem_core::Store::purge_expired) deletes it, in batches
+//! of at most `limit` rows, oldest first. Run a loop like this on every app
+//! server (purgers skip rows another purger holds, so they never wait on
+//! each other), or the same `DELETE` from `pg_cron`:
+//!
+//! ```no_run
+//! # use idem_core::Store;
+//! # use idem_postgres::PostgresStore;
+//! # async fn purger(store: PostgresStore) {
+//! let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+//! loop {
+//!     every.tick().await;
+//!     // Small batches keep each transaction short; loop while full.
+//!     while let Ok(1000) = store.purge_expired(1000).await {}
+//! }
+//! # }
+//! ```
+//!
+//! # Failures
+//!
+//! A lost connection (server restart, `pg_terminate_backend`) fails the
+//! operation in flight with a backend [`StoreError`](idem_core::StoreError);
+//! the pool drops the broken connection and opens a new one for later
+//! calls. A row that does not decode is a corrupt `StoreError`, a missing
+//! table or a bad name a config one.
+#![forbid(unsafe_code)]
+
+mod row;
+mod store;
+mod table;
+
+#[doc(hidden)]
+pub mod raw;
+
+pub use sqlx;
+pub use store::PostgresStore;
+pub use table::DEFAULT_TABLE;
+
+/// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
+pub(crate) const BACKEND: &str = "postgres";

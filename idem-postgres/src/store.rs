@@ -1,0 +1,225 @@
+//! `PostgresStore`: construction, migration and the `Store` primitives.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use sqlx::postgres::{PgPool, PgQueryResult};
+use sqlx::Row;
+
+use crate::row::{error, interval, record};
+use crate::table::{Statements, TableName};
+
+/// Idempotency records in one PostgreSQL table, on a sqlx pool.
+///
+/// Every method is one statement, so one round trip, and runs in its own
+/// implicit transaction; deadlines are computed and compared on the
+/// database's clock. Cheap to clone: clones share the pool.
+///
+/// # Setting up
+///
+/// Build it with [`connect`](PostgresStore::connect) or, to share the
+/// application's pool, [`from_pool`](PostgresStore::from_pool); pick the
+/// table with [`with_table`](PostgresStore::with_table) (default
+/// [`DEFAULT_TABLE`](crate::DEFAULT_TABLE)) and create it with [`migrate`](PostgresStore::migrate)
+/// at start-up.
+///
+/// # Purging
+///
+/// Records past retention behave as absent at once, but their rows stay
+/// until [`purge_expired`](Store::purge_expired) deletes them. Call it
+/// periodically in batches (see the [crate docs](crate#purging-expired-records));
+/// a batch locks only the rows it deletes and skips rows other purgers
+/// hold, so every app server may run its own purger.
+///
+/// # Isolation
+///
+/// The statements rely on PostgreSQL's default `READ COMMITTED` isolation.
+/// Under a stricter `default_transaction_isolation`, two racing claims of
+/// one key may fail with a serialization error, returned as a backend
+/// [`StoreError`]; the claim is then safe to retry.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    sql: Arc<Statements>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.sql.name.display())
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects a new pool to `url` (for example
+    /// `postgres://app@db.internal/app`) with sqlx's default pool options,
+    /// and checks that one connection can be made.
+    ///
+    /// A malformed URL is a config error; an unreachable server a backend
+    /// error. Like every acquisition from a sqlx pool, it keeps retrying a
+    /// refused connection (a server that is starting) until the pool's
+    /// acquire timeout, 30 s by default. To tune the pool (size, timeouts),
+    /// build it yourself and use [`from_pool`](PostgresStore::from_pool).
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        let pool = PgPool::connect(url).await.map_err(error)?;
+        Ok(PostgresStore::from_pool(pool))
+    }
+
+    /// Uses `pool`, which may be shared with the rest of the application:
+    /// the store takes a connection only for the length of one statement,
+    /// so work that uses the same pool cannot deadlock against it.
+    ///
+    /// sqlx pools ping a connection before handing it out unless built
+    /// with `test_before_acquire(false)`. The ping replaces connections the
+    /// server dropped while they were idle (a restart) without an error
+    /// reaching any caller; turning it off saves one network exchange per
+    /// operation, and then each dropped connection fails one operation with
+    /// a backend error before the pool replaces it.
+    pub fn from_pool(pool: PgPool) -> PostgresStore {
+        PostgresStore {
+            pool,
+            sql: Arc::new(Statements::new(TableName::default())),
+        }
+    }
+
+    /// Uses the table `name`: `table` or `schema.table`, each part an ASCII
+    /// letter or `_` followed by ASCII letters, digits or `_`, the table part
+    /// at most 52 characters. Any other name is a config error. The name is
+    /// checked here once and every statement is built from it now; it is
+    /// quoted, so its case is kept.
+    pub fn with_table(self, name: &str) -> Result<PostgresStore, StoreError> {
+        let name = TableName::parse(name)?;
+        Ok(PostgresStore {
+            pool: self.pool,
+            sql: Arc::new(Statements::new(name)),
+        })
+    }
+
+    /// Creates the table and its index if they are missing; harmless when
+    /// they exist. Safe to run from many processes at once: the creation
+    /// runs under an advisory lock on the table's name, since two concurrent
+    /// `CREATE TABLE IF NOT EXISTS` can still collide. Creates no schema: a
+    /// schema named in the table must exist.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        // One simple-protocol message is one implicit transaction: the lock
+        // is held until the DDL commits, and an error rolls it all back
+        // without leaving the connection inside a failed transaction.
+        sqlx::raw_sql(&self.sql.migrate)
+            .execute(&self.pool)
+            .await
+            .map_err(error)?;
+        Ok(())
+    }
+
+    /// The pool this store runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The table name, as given to [`with_table`](PostgresStore::with_table).
+    pub fn table(&self) -> String {
+        self.sql.name.display()
+    }
+
+    pub(crate) fn statements(&self) -> &Statements {
+        &self.sql
+    }
+
+    async fn write(
+        &self,
+        sql: &str,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let done: PgQueryResult = sqlx::query(sql)
+            .bind(key)
+            .bind(&expected.as_bytes()[..])
+            .bind(&record.token.as_bytes()[..])
+            .bind(&record.fingerprint.as_bytes()[..])
+            .bind(i16::from(record.state.as_u8()))
+            .bind(record.payload)
+            .bind(record.lease.map(interval))
+            .bind(interval(record.retention))
+            .execute(&self.pool)
+            .await
+            .map_err(error)?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        let row = sqlx::query(&self.sql.insert)
+            .bind(key)
+            .bind(&record.token.as_bytes()[..])
+            .bind(&record.fingerprint.as_bytes()[..])
+            .bind(i16::from(record.state.as_u8()))
+            .bind(record.payload)
+            .bind(record.lease.map(interval))
+            .bind(interval(record.retention))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(error)?;
+        let inserted: bool = row.try_get(0).map_err(error)?;
+        if inserted {
+            Ok(Insert::Inserted)
+        } else {
+            Ok(Insert::Found(crate::row::record(&row, 1)?))
+        }
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.write(&self.sql.swap, key, expected, record).await
+    }
+
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.write(&self.sql.take_over, key, expected, record).await
+    }
+
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        let done = sqlx::query(&self.sql.remove)
+            .bind(key)
+            .bind(&expected.as_bytes()[..])
+            .execute(&self.pool)
+            .await
+            .map_err(error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let row = sqlx::query(&self.sql.load)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(error)?;
+        row.map(|row| record(&row, 0)).transpose()
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let done = sqlx::query(&self.sql.purge)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(error)?;
+        Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+    }
+}

@@ -1,0 +1,235 @@
+//! Pools shared with the application, concurrent migrations, and
+//! connections cut under the store.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use idem_core::{Error, Idempotent, StoreErrorKind, When};
+use idem_postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use idem_postgres::sqlx::{self, Connection, PgConnection};
+use idem_postgres::PostgresStore;
+
+use crate::support;
+
+/// `connect` opens a working pool; a malformed URL is a config error and a
+/// closed port a backend error.
+#[tokio::test]
+async fn connect_opens_a_pool_and_types_its_failures() {
+    let Some(_) = support::pool(1).await else {
+        return;
+    };
+    let store = PostgresStore::connect(&support::url()).await.unwrap();
+    let table = support::unique_name("idem_connect");
+    let _guard = support::DropGuard::table(&table);
+    let store = store.with_table(&table).unwrap();
+    store.migrate().await.unwrap();
+    let ran: u8 = Idempotent::new(store)
+        .execute("k", &(), || async { Ok::<_, String>(3) })
+        .await
+        .unwrap();
+    assert_eq!(ran, 3);
+
+    let malformed = PostgresStore::connect("postgres://[::1").await.unwrap_err();
+    assert_eq!(malformed.kind(), StoreErrorKind::Config, "{malformed}");
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(300))
+        .connect_lazy("postgres://root@127.0.0.1:1/test")
+        .unwrap();
+    let closed = idem_core::Store::load(&PostgresStore::from_pool(pool), "k")
+        .await
+        .unwrap_err();
+    assert_eq!(closed.kind(), StoreErrorKind::Backend, "{closed}");
+}
+
+/// The store holds a connection only for one statement, so work that uses
+/// the same one-connection pool runs without deadlock.
+#[tokio::test]
+async fn a_pool_shared_with_the_application_works() {
+    let Some(pool) = support::pool(1).await else {
+        return;
+    };
+    let (store, _guard) = support::store_in(pool.clone()).await;
+    let app_table = support::unique_name("idem_app");
+    sqlx::raw_sql(&format!("CREATE TABLE {app_table} (id int)"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let _app_guard = support::DropGuard::table(&app_table);
+    let idem = Idempotent::new(store);
+    for _ in 0..3 {
+        let pool = pool.clone();
+        let insert = format!("INSERT INTO {app_table} VALUES (1)");
+        let rows: u64 = idem
+            .execute("order-1", &"body", || async move {
+                let done = sqlx::query(&insert)
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(done.rows_affected())
+            })
+            .await
+            .unwrap();
+        assert_eq!(rows, 1);
+    }
+    let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {app_table}"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 1, "the work ran once for three calls");
+}
+
+/// Many processes migrating the same new table at once all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_migrations_of_one_table_all_succeed() {
+    let Some(pool) = support::pool(12).await else {
+        return;
+    };
+    for round in 0..3 {
+        let table = support::unique_name("idem_migrate");
+        let _guard = support::DropGuard::table(&table);
+        // Separate one-connection pools stand in for separate processes.
+        let mut migrations = Vec::new();
+        for _ in 0..12 {
+            let own = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&support::url())
+                .await
+                .unwrap();
+            let store = PostgresStore::from_pool(own).with_table(&table).unwrap();
+            migrations.push(tokio::spawn(async move { store.migrate().await }));
+        }
+        for migration in migrations {
+            migration
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        let store = PostgresStore::from_pool(pool.clone())
+            .with_table(&table)
+            .unwrap();
+        let ran: u8 = Idempotent::new(store)
+            .execute("k", &(), || async { Ok::<_, String>(round) })
+            .await
+            .unwrap();
+        assert_eq!(ran, round);
+    }
+}
+
+async fn store_named(app: &str) -> Option<(PostgresStore, support::DropGuard)> {
+    let options = PgConnectOptions::from_str(&support::url())
+        .unwrap()
+        .application_name(app);
+    support::pool(1).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    Some(support::store_in(pool).await)
+}
+
+async fn terminate(admin: &PgPool, app: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(app)
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// A connection killed while a claim runs gives a typed backend error
+/// (before the work ran); later calls on the same store succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_killed_mid_statement_is_a_backend_error_and_the_pool_recovers() {
+    let app = support::unique_name("idem_fault");
+    let Some((store, _guard)) = store_named(&app).await else {
+        return;
+    };
+    let admin = support::pool(1).await.unwrap();
+    let idem = Idempotent::new(store.clone());
+    let key = idem.key("k").unwrap();
+
+    // An open transaction holding the key makes the claim wait, so it is
+    // surely mid-statement when its backend is terminated.
+    let mut other = PgConnection::connect(&support::url()).await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {} VALUES ($1, '\\x00', '\\x00', 0, '', NULL, now() + interval '1 hour')",
+        store.table()
+    ))
+    .bind(key.as_str())
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let claim = tokio::spawn({
+        let idem = idem.clone();
+        async move {
+            idem.execute("k", &(), || async { Ok::<u8, String>(1) })
+                .await
+        }
+    });
+    let mut waited = false;
+    for _ in 0..500 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+             AND wait_event_type = 'Lock'",
+        )
+        .bind(&app)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(waited, "the claim never blocked");
+    assert!(terminate(&admin, &app).await >= 1);
+    match claim.await.unwrap() {
+        Err(Error::Store { source, when }) => {
+            assert_eq!(
+                (source.kind(), when),
+                (StoreErrorKind::Backend, When::BeforeWork)
+            );
+            eprintln!("{source}: {:?}", std::error::Error::source(&source));
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    tx.rollback().await.unwrap();
+
+    let ran: u8 = idem
+        .execute("k", &(), || async { Ok::<_, String>(2) })
+        .await
+        .unwrap();
+    assert_eq!(ran, 2);
+}
+
+/// Connections killed while idle, even while the work runs, are replaced
+/// without an error reaching the caller.
+#[tokio::test]
+async fn connections_killed_while_idle_are_replaced() {
+    let app = support::unique_name("idem_idle");
+    let Some((store, _guard)) = store_named(&app).await else {
+        return;
+    };
+    let admin = support::pool(1).await.unwrap();
+    let idem = Idempotent::new(store);
+    for round in 0..3_u8 {
+        let (admin, app) = (admin.clone(), app.clone());
+        let ran: u8 = idem
+            .execute(&format!("k{round}"), &(), || async move {
+                terminate(&admin, &app).await;
+                Ok::<_, String>(round)
+            })
+            .await
+            .unwrap();
+        assert_eq!(ran, round);
+        let replayed: u8 = idem
+            .execute(&format!("k{round}"), &(), || async { Ok::<_, String>(99) })
+            .await
+            .unwrap();
+        assert_eq!(replayed, round);
+    }
+}
