@@ -1,0 +1,158 @@
+//! `RedisStore`: construction and options.
+
+use std::fmt;
+use std::sync::Arc;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::ClusterClient;
+use redis::IntoConnectionInfo;
+
+use idem_core::StoreError;
+
+use crate::connection::Shared;
+use crate::record::BACKEND;
+use crate::scripts::SCRIPTS;
+
+/// The key prefix a store uses unless told otherwise.
+pub const DEFAULT_PREFIX: &str = "idem:";
+
+/// An idempotency store on Redis or Redis Cluster.
+///
+/// * **One key per record.** The key is the store's prefix followed by the
+///   encoded idempotency key; the value is one compact binary string
+///   (version, state, token, fingerprint, the lease deadline while in
+///   flight, the payload). A completed record with a 100-byte outcome takes
+///   48 bytes more than the bare outcome would.
+/// * **One round trip per operation, touching one key**, which is what
+///   makes a Redis Cluster safe: any record may live on any node. The claim
+///   (`insert`) and `load` are a `MULTI … EXEC` of plain commands
+///   (`SET … NX GET PX` or `GET`, then `PTTL`), sent in one write; `swap`,
+///   `take_over` and `remove` are compare-and-sets on the token, one Lua
+///   script each, called by SHA-1 (`EVALSHA`). A server that lost its
+///   script cache (a restart) gets the script loaded again on first use.
+/// * **The server's clock.** Retention is the key's own expiry, set from a
+///   duration with `PX`, so Redis forgets outcomes by itself; the lease
+///   deadline is kept as milliseconds before that expiry, so the lease left
+///   is the key's `PTTL` minus it, read on the server in the same step that
+///   acts on it. No deadline is ever computed on a client. Durations are
+///   rounded up to whole milliseconds.
+/// * **Safe to resend.** A cluster connection resends a request after a
+///   timeout; an `insert`, `swap` or `take_over` whose first attempt was
+///   applied recognises its own record (its token is unique) and still
+///   reports success.
+/// * **One shared connection.** Every call uses the same multiplexed
+///   connection; there is no pool to check connections out of.
+/// * **Foreign values are refused.** A value under a record's key that is
+///   not a record of this layout (another version, truncated, garbage, a
+///   hash) is reported as [`StoreErrorKind::Corrupt`](idem_core::StoreErrorKind)
+///   and left as it is: nothing overwrites or deletes it.
+/// * [`purge_expired`](idem_core::Store::purge_expired) always returns
+///   `Ok(0)`: Redis deletes expired keys itself.
+///
+/// Needs Redis 7.0 or newer (`SET` with both `NX` and `GET`).
+#[derive(Clone)]
+pub struct RedisStore {
+    pub(crate) connection: Arc<dyn Shared>,
+    connection_kind: &'static str,
+    pub(crate) prefix: Arc<[u8]>,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connection", &self.connection_kind)
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// Connects to one Redis server, for example `redis://127.0.0.1:6379`.
+    ///
+    /// The store holds a [`ConnectionManager`]: one multiplexed connection
+    /// that reconnects by itself after the server restarts or the
+    /// connection drops (the call that finds it broken fails; later calls
+    /// use the new connection). The scripts are loaded up front.
+    pub async fn connect(url: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(url).map_err(config)?;
+        let manager = ConnectionManager::new(client)
+            .await
+            .map_err(|e| StoreError::backend(BACKEND, e))?;
+        RedisStore::from_connection(manager).load_scripts().await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes, for example
+    /// `["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]`.
+    ///
+    /// The cluster connection follows slot moves and reconnects by itself.
+    /// Every script touches one key, so records spread over all nodes. A
+    /// prefix with a hash tag (`{idem}:`) would put every record in one
+    /// slot, on one node.
+    pub async fn connect_cluster<I, T>(urls: I) -> Result<RedisStore, StoreError>
+    where
+        I: IntoIterator<Item = T>,
+        T: IntoConnectionInfo,
+    {
+        let client = ClusterClient::new(urls).map_err(config)?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(|e| StoreError::backend(BACKEND, e))?;
+        RedisStore::from_connection(connection).load_scripts().await
+    }
+
+    /// Uses a connection you already have: a
+    /// [`MultiplexedConnection`](redis::aio::MultiplexedConnection), a
+    /// [`ConnectionManager`] or a cluster
+    /// [`ClusterConnection`](redis::cluster_async::ClusterConnection). Any
+    /// clone-to-share connection works; each call runs on a clone of it.
+    ///
+    /// Scripts are loaded on first use of each, which costs two extra
+    /// round trips once per script.
+    pub fn from_connection<C>(connection: C) -> RedisStore
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        RedisStore {
+            connection: Arc::new(connection),
+            connection_kind: std::any::type_name::<C>(),
+            prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
+        }
+    }
+
+    /// Sets the prefix put before every key (default
+    /// [`DEFAULT_PREFIX`], `"idem:"`), to share a server with other data
+    /// or to keep applications apart.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisStore {
+        self.prefix = Arc::from(prefix.into().into_bytes());
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        // Built from a `String`, so always UTF-8.
+        std::str::from_utf8(&self.prefix).unwrap_or_default()
+    }
+
+    /// The Redis key that holds the record for a store key.
+    pub fn redis_key(&self, key: &str) -> Vec<u8> {
+        let mut full = Vec::with_capacity(self.prefix.len() + key.len());
+        full.extend_from_slice(&self.prefix);
+        full.extend_from_slice(key.as_bytes());
+        full
+    }
+
+    async fn load_scripts(self) -> Result<RedisStore, StoreError> {
+        for script in SCRIPTS.all() {
+            self.connection
+                .query(&script.load())
+                .await
+                .map_err(|e| StoreError::backend(BACKEND, e))?;
+        }
+        Ok(self)
+    }
+}
+
+fn config(error: redis::RedisError) -> StoreError {
+    StoreError::config(BACKEND, error)
+}
