@@ -1,0 +1,325 @@
+//! The store's operations as SQL on the writer's connection, and the
+//! decoding of rows back into records.
+//!
+//! Deadlines are unix time in microseconds on this machine's clock, read
+//! once per operation: they must outlive the process (a reopened file keeps
+//! its leases), so a monotonic clock would not do.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idem_core::{Fingerprint, Insert, NewRecord, Record, State, Token};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::error::Failure;
+
+// Claims an absent key, or one whose record is past retention, in one
+// statement; a live record is left alone.
+const CLAIM: &str = "INSERT INTO idem_records \
+    (key, token, fingerprint, state, payload, lease_until, retain_until) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+    ON CONFLICT (key) DO UPDATE SET token = excluded.token, \
+    fingerprint = excluded.fingerprint, state = excluded.state, \
+    payload = excluded.payload, lease_until = excluded.lease_until, \
+    retain_until = excluded.retain_until \
+    WHERE idem_records.retain_until <= ?8";
+
+const SELECT_LIVE: &str = "SELECT token, fingerprint, state, payload, lease_until, \
+    retain_until FROM idem_records WHERE key = ?1 AND retain_until > ?2";
+
+// State 0 is `InFlight`: only a live in-flight record holding the expected
+// token may change.
+const SWAP: &str = "UPDATE idem_records SET token = ?1, fingerprint = ?2, state = ?3, \
+    payload = ?4, lease_until = ?5, retain_until = ?6 \
+    WHERE key = ?7 AND token = ?8 AND state = 0 AND retain_until > ?9";
+
+const TAKE_OVER: &str = "UPDATE idem_records SET token = ?1, fingerprint = ?2, state = ?3, \
+    payload = ?4, lease_until = ?5, retain_until = ?6 \
+    WHERE key = ?7 AND token = ?8 AND state = 0 AND retain_until > ?9 \
+    AND (lease_until IS NULL OR lease_until <= ?9)";
+
+const REMOVE: &str = "DELETE FROM idem_records \
+    WHERE key = ?1 AND token = ?2 AND state = 0 AND retain_until > ?3";
+
+// The index on retain_until finds the expired rows; LIMIT bounds how long
+// one purge holds the write lock.
+const PURGE: &str = "DELETE FROM idem_records WHERE rowid IN \
+    (SELECT rowid FROM idem_records WHERE retain_until <= ?1 LIMIT ?2)";
+
+const RAW_REPLAY: &str = "SELECT payload FROM idem_records WHERE key = ?1";
+
+const RAW_COMPLETE: &str = "UPDATE idem_records SET state = 1, payload = ?1, \
+    lease_until = NULL, retain_until = ?2 WHERE key = ?3 AND token = ?4";
+
+// A duration too long to add (say `Duration::MAX`) means "as long as the
+// clock can count": a century, as in `MemoryStore`.
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A record to write, owned so that it can cross to the writer thread.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    token: Token,
+    fingerprint: Fingerprint,
+    state: State,
+    payload: Vec<u8>,
+    lease: Option<Duration>,
+    retention: Duration,
+}
+
+impl From<&NewRecord<'_>> for Owned {
+    fn from(record: &NewRecord<'_>) -> Owned {
+        Owned {
+            token: record.token,
+            fingerprint: record.fingerprint,
+            state: record.state,
+            payload: record.payload.to_vec(),
+            lease: record.lease,
+            retention: record.retention,
+        }
+    }
+}
+
+/// One operation, as the writer thread runs it.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Insert {
+        key: String,
+        record: Owned,
+    },
+    Swap {
+        key: String,
+        expected: Token,
+        record: Owned,
+        take_over: bool,
+    },
+    Remove {
+        key: String,
+        expected: Token,
+    },
+    Load {
+        key: String,
+    },
+    Purge {
+        limit: usize,
+    },
+    RawClaim {
+        key: String,
+        token: Token,
+        lease: Duration,
+        retention: Duration,
+    },
+    RawComplete {
+        key: String,
+        token: Token,
+        payload: Vec<u8>,
+        retention: Duration,
+    },
+}
+
+/// What an operation answered.
+#[derive(Debug)]
+pub(crate) enum Done {
+    Insert(Insert),
+    Changed(bool),
+    Loaded(Option<Record>),
+    Purged(usize),
+    Claimed(Option<Vec<u8>>),
+}
+
+/// Why an operation failed. A statement error may have spoiled the
+/// transaction it ran in; a bad row spoils nothing, since no operation
+/// writes after reading one.
+#[derive(Debug)]
+pub(crate) enum OpError {
+    Statement(rusqlite::Error),
+    Bad(Failure),
+}
+
+impl From<rusqlite::Error> for OpError {
+    fn from(error: rusqlite::Error) -> OpError {
+        OpError::Statement(error)
+    }
+}
+
+impl Op {
+    /// Whether the operation only reads, so it needs no write lock.
+    pub(crate) fn is_read(&self) -> bool {
+        matches!(self, Op::Load { .. })
+    }
+
+    /// Whether leaving the operation undone is as good as doing it when
+    /// nobody awaits its answer: claims and reads.
+    pub(crate) fn is_skippable(&self) -> bool {
+        match self {
+            Op::Insert { .. } | Op::Load { .. } | Op::RawClaim { .. } => true,
+            Op::Swap { take_over, .. } => *take_over,
+            Op::Remove { .. } | Op::Purge { .. } | Op::RawComplete { .. } => false,
+        }
+    }
+
+    /// Runs the operation inside the caller's open transaction.
+    pub(crate) fn run(&self, conn: &Connection) -> Result<Done, OpError> {
+        let now = now();
+        match self {
+            Op::Insert { key, record } => {
+                // Reading first costs a first execution one cheap lookup and
+                // saves a replay (the common case) a write attempt. The
+                // transaction holds the write lock, so nothing comes between.
+                if let Some(found) = load(conn, key, now)? {
+                    return Ok(Done::Insert(Insert::Found(found)));
+                }
+                let claimed = conn.prepare_cached(CLAIM)?.execute(params![
+                    key,
+                    record.token.as_bytes(),
+                    record.fingerprint.as_bytes(),
+                    record.state.as_u8(),
+                    record.payload,
+                    record.lease.map(|lease| after(now, lease)),
+                    after(now, record.retention),
+                    now,
+                ])?;
+                if claimed == 1 {
+                    Ok(Done::Insert(Insert::Inserted))
+                } else {
+                    // Only a damaged file keeps a row that is live to the
+                    // claim but absent to the read before it.
+                    Err(OpError::Bad(Failure::BadRow(format!(
+                        "the record under {key:?} is live to an insert but absent to a read"
+                    ))))
+                }
+            }
+            Op::Swap {
+                key,
+                expected,
+                record,
+                take_over,
+            } => {
+                let sql = if *take_over { TAKE_OVER } else { SWAP };
+                let changed = conn.prepare_cached(sql)?.execute(params![
+                    record.token.as_bytes(),
+                    record.fingerprint.as_bytes(),
+                    record.state.as_u8(),
+                    record.payload,
+                    record.lease.map(|lease| after(now, lease)),
+                    after(now, record.retention),
+                    key,
+                    expected.as_bytes(),
+                    now,
+                ])?;
+                Ok(Done::Changed(changed == 1))
+            }
+            Op::Remove { key, expected } => {
+                let removed =
+                    conn.prepare_cached(REMOVE)?
+                        .execute(params![key, expected.as_bytes(), now])?;
+                Ok(Done::Changed(removed == 1))
+            }
+            Op::Load { key } => Ok(Done::Loaded(load(conn, key, now)?)),
+            Op::Purge { limit } => {
+                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+                let purged = conn.prepare_cached(PURGE)?.execute(params![now, limit])?;
+                Ok(Done::Purged(purged))
+            }
+            Op::RawClaim {
+                key,
+                token,
+                lease,
+                retention,
+            } => {
+                let claimed = conn.prepare_cached(CLAIM)?.execute(params![
+                    key,
+                    token.as_bytes(),
+                    [0u8; 32],
+                    State::InFlight.as_u8(),
+                    [0u8; 0],
+                    after(now, *lease),
+                    after(now, *retention),
+                    now,
+                ])?;
+                if claimed == 1 {
+                    return Ok(Done::Claimed(None));
+                }
+                let payload = conn
+                    .prepare_cached(RAW_REPLAY)?
+                    .query_row(params![key], |row| row.get(0))?;
+                Ok(Done::Claimed(Some(payload)))
+            }
+            Op::RawComplete {
+                key,
+                token,
+                payload,
+                retention,
+            } => {
+                let changed = conn.prepare_cached(RAW_COMPLETE)?.execute(params![
+                    payload,
+                    after(now, *retention),
+                    key,
+                    token.as_bytes(),
+                ])?;
+                Ok(Done::Changed(changed == 1))
+            }
+        }
+    }
+}
+
+fn load(conn: &Connection, key: &str, now: i64) -> Result<Option<Record>, OpError> {
+    let mut statement = conn.prepare_cached(SELECT_LIVE)?;
+    let decoded = statement
+        .query_row(params![key, now], |row| Ok(decode(row, now)))
+        .optional()?;
+    match decoded {
+        None => Ok(None),
+        Some(Ok(record)) => Ok(Some(record)),
+        Some(Err(reason)) => Err(OpError::Bad(Failure::BadRow(format!(
+            "the record under {key:?} {reason}"
+        )))),
+    }
+}
+
+/// Turns a live row into a record, refusing anything the store could not
+/// have written.
+fn decode(row: &Row<'_>, now: i64) -> Result<Record, String> {
+    let column = |error: rusqlite::Error| format!("has a column that does not read: {error}");
+    let token: Vec<u8> = row.get(0).map_err(column)?;
+    let fingerprint: Vec<u8> = row.get(1).map_err(column)?;
+    let state: i64 = row.get(2).map_err(column)?;
+    let payload: Vec<u8> = row.get(3).map_err(column)?;
+    let lease_until: Option<i64> = row.get(4).map_err(column)?;
+    let retain_until: i64 = row.get(5).map_err(column)?;
+
+    let token = <[u8; 16]>::try_from(token.as_slice())
+        .map_err(|_| format!("has a token of {} bytes, not 16", token.len()))?;
+    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
+        .map_err(|_| format!("has a fingerprint of {} bytes, not 32", fingerprint.len()))?;
+    let state = u8::try_from(state)
+        .ok()
+        .and_then(State::from_u8)
+        .ok_or_else(|| format!("has state code {state}, which is no known state"))?;
+    Ok(Record {
+        token: Token::from_bytes(token),
+        fingerprint: Fingerprint::from_bytes(fingerprint),
+        state,
+        payload,
+        lease_remaining: lease_until.map(|until| remaining(now, until)),
+        retention_remaining: remaining(now, retain_until),
+    })
+}
+
+/// Now, in unix microseconds. A clock set before 1970 reads as 1970, which
+/// only makes records look younger than they are.
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+        })
+}
+
+fn after(now: i64, span: Duration) -> i64 {
+    // LONGEST in microseconds fits an i64 with room to spare.
+    let span = i64::try_from(span.min(LONGEST).as_micros()).unwrap_or(i64::MAX);
+    now.saturating_add(span)
+}
+
+fn remaining(now: i64, until: i64) -> Duration {
+    Duration::from_micros(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
+}

@@ -1,0 +1,287 @@
+//! `SqliteStore`: the handle async callers hold, and its options.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use tokio::sync::oneshot;
+
+use crate::error::Failure;
+use crate::ops::{Done, Op};
+use crate::schema::Target;
+use crate::writer::{self, Command, Job, Setting, Settings};
+
+/// How long a busy database is waited for before an operation fails.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many waiting operations share one transaction at most.
+pub const DEFAULT_MAX_BATCH: usize = 128;
+
+/// When SQLite flushes a commit to the disk (`PRAGMA synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// Every commit is flushed (fsync of the write-ahead log) before the
+    /// operation answers: a recorded outcome survives a power cut or an OS
+    /// crash. The default.
+    #[default]
+    Full,
+    /// Commits reach the OS at once but the disk only at checkpoints: a
+    /// recorded outcome survives the process being killed, but the last
+    /// commits before a power cut or an OS crash may be lost (the file stays
+    /// consistent), and their work may then run again. Much faster for a
+    /// lone caller, whose every commit would otherwise wait for the disk.
+    Normal,
+}
+
+/// A [`Store`] in a SQLite file, for idem with nothing to install.
+///
+/// # How it works
+///
+/// * **One writer.** A single connection, on its own OS thread, runs every
+///   operation; callers send it their operation over a channel and await
+///   the answer, so the async runtime never blocks on SQLite. Each method
+///   costs one trip to that thread.
+/// * **Group commit.** The operations that queued up while the thread was
+///   busy run together in one transaction, one after another, and are
+///   answered after its commit. Each sees exactly what it would have seen
+///   alone; a lone caller never waits for company; and a crowd of callers
+///   pays for one flush to disk instead of one each. An operation whose
+///   statement fails gets its error while the rest run again without it.
+/// * **Reads go through the writer too.** [`Store::load`] is rare on the
+///   protocol's paths (a replay is answered by `insert` itself), so a
+///   second connection would buy little; through the writer every read
+///   sees every answered write, and an in-memory database works unchanged.
+///   A batch of reads alone takes no write lock.
+/// * **Durability.** The file is in WAL mode with
+///   [`Synchronous::Full`] by default: an outcome that an operation
+///   reported as recorded is on disk, so it survives a power cut, not just
+///   a crash of the process. Group commit is what makes that affordable
+///   under load: a crowd of callers shares each flush. With
+///   [`Synchronous::Normal`] a commit reaches the OS but is flushed only at
+///   checkpoints: much faster for a lone caller, and still safe when the
+///   process is killed, but a power cut or OS crash may lose the last
+///   records, and then their work may run a second time. Choose it only
+///   where that is acceptable.
+/// * **Time.** Deadlines are computed inside the store from this machine's
+///   clock (unix microseconds, so they survive a restart) and reported as
+///   time remaining; callers' clocks are never used. Processes sharing a
+///   file run on one machine (SQLite's file locks require it), so they read
+///   one clock.
+/// * **Busy files.** Another process holding the write lock is waited for
+///   up to the [busy timeout](SqliteStore::with_busy_timeout); then the
+///   operation fails with a [`StoreError`] saying so, and the store works
+///   again once the lock is free. Several processes may share a file;
+///   SQLite's lock takes their writes in turn.
+/// * **Purging.** [`Store::purge_expired`] deletes at most `limit` records
+///   in one statement, found through an index on the retention deadline;
+///   the writer serves nothing else meanwhile, so keep `limit` to a few
+///   thousand and call it again while it returns `limit`.
+///
+/// # Schema
+///
+/// One STRICT table, `idem_records`: `key TEXT PRIMARY KEY` (the encoded
+/// key), `token BLOB`, `fingerprint BLOB`, `state INTEGER`, `payload BLOB`,
+/// `lease_until INTEGER` and `retain_until INTEGER` (unix microseconds),
+/// with an index on `retain_until` for [`Store::purge_expired`]. A file
+/// holding another table of that name, or that is not a SQLite database, is
+/// refused with a [config](idem_core::StoreErrorKind::Config) error; a row
+/// that does not decode is a [corrupt](idem_core::StoreErrorKind::Corrupt)
+/// error.
+pub struct SqliteStore {
+    commands: Sender<Command>,
+    path: Option<PathBuf>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` and its
+    /// schema, in WAL mode.
+    ///
+    /// Opening waits up to [`DEFAULT_BUSY_TIMEOUT`] for a database that
+    /// another process holds locked.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        SqliteStore::start(Target::File(path.clone()), Some(path)).await
+    }
+
+    /// A private database in memory: fast, and gone with the store.
+    pub async fn open_in_memory() -> Result<SqliteStore, StoreError> {
+        SqliteStore::start(Target::Memory, None).await
+    }
+
+    async fn start(target: Target, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
+        let settings = Settings {
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            max_batch: DEFAULT_MAX_BATCH,
+            synchronous: Synchronous::default(),
+        };
+        let commands = writer::start(target, settings)
+            .await
+            .map_err(Failure::into_store_error)?;
+        Ok(SqliteStore { commands, path })
+    }
+
+    /// Sets how long an operation waits for a database that another
+    /// connection holds locked before it fails (default
+    /// [`DEFAULT_BUSY_TIMEOUT`]). Operations queued behind a waiting one wait
+    /// too, so a caller may wait up to about twice this.
+    pub fn with_busy_timeout(self, timeout: Duration) -> SqliteStore {
+        self.configure(Setting::BusyTimeout(timeout))
+    }
+
+    /// Sets how many waiting operations may share one transaction (default
+    /// [`DEFAULT_MAX_BATCH`]); `1` (or `0`) turns group commit off.
+    pub fn with_max_batch(self, operations: usize) -> SqliteStore {
+        self.configure(Setting::MaxBatch(operations))
+    }
+
+    /// Sets when commits are flushed to disk (default
+    /// [`Synchronous::Full`]).
+    pub fn with_synchronous(self, synchronous: Synchronous) -> SqliteStore {
+        self.configure(Setting::Synchronous(synchronous))
+    }
+
+    fn configure(self, setting: Setting) -> SqliteStore {
+        // The channel keeps order, so the setting applies to every operation
+        // sent after it. Should the thread be gone, the next operation says
+        // so.
+        let _ = self.commands.send(Command::Configure(setting));
+        self
+    }
+
+    /// Creates the table and index unless they exist, and checks that an
+    /// existing table is the store's. [`open`](SqliteStore::open) already
+    /// does this; calling it again is harmless.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Migrate(reply))?;
+        answer
+            .await
+            .unwrap_or(Err(Failure::WriterGone))
+            .map_err(Failure::into_store_error)
+    }
+
+    /// The database file, or `None` for an in-memory store.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn send(&self, command: Command) -> Result<(), StoreError> {
+        self.commands
+            .send(command)
+            .map_err(|_| Failure::WriterGone.into_store_error())
+    }
+
+    /// Runs `op` on the writer thread and awaits its answer.
+    pub(crate) async fn call(&self, op: Op) -> Result<Done, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Job(Job { op, reply }))?;
+        answer
+            .await
+            .unwrap_or(Err(Failure::WriterGone))
+            .map_err(Failure::into_store_error)
+    }
+}
+
+/// An answer of the wrong shape: a bug in this crate, reported rather than
+/// panicked on.
+pub(crate) fn unexpected(done: Done) -> StoreError {
+    StoreError::backend(
+        crate::error::BACKEND,
+        format!("the writer thread gave an answer of the wrong kind: {done:?}"),
+    )
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        let op = Op::Insert {
+            key: key.to_owned(),
+            record: record.into(),
+        };
+        match self.call(op).await? {
+            Done::Insert(insert) => Ok(insert),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.replace(key, expected, record, false).await
+    }
+
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.replace(key, expected, record, true).await
+    }
+
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        let op = Op::Remove {
+            key: key.to_owned(),
+            expected,
+        };
+        match self.call(op).await? {
+            Done::Changed(removed) => Ok(removed),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        match self
+            .call(Op::Load {
+                key: key.to_owned(),
+            })
+            .await?
+        {
+            Done::Loaded(record) => Ok(record),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        match self.call(Op::Purge { limit }).await? {
+            Done::Purged(purged) => Ok(purged),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl SqliteStore {
+    async fn replace(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+        take_over: bool,
+    ) -> Result<bool, StoreError> {
+        let op = Op::Swap {
+            key: key.to_owned(),
+            expected,
+            record: record.into(),
+            take_over,
+        };
+        match self.call(op).await? {
+            Done::Changed(changed) => Ok(changed),
+            other => Err(unexpected(other)),
+        }
+    }
+}

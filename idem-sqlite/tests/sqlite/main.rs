@@ -1,0 +1,9 @@
+//! SqliteStore against real files: its contract, the files it refuses, busy
+//! and killed processes, and group commit under concurrency.
+
+mod batching;
+mod contract;
+mod crash;
+mod files;
+mod locking;
+mod support;
