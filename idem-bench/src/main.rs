@@ -1,2 +1,311 @@
-//! Work in progress.
-fn main() {}
+//! idem's benchmark harness: every store against the raw minimal protocol
+//! on the same server, in one process, side by side.
+//!
+//! `cargo run --release -p idem-bench -- --help` explains the options;
+//! BENCHMARKS.md at the repository root shows a run and reads it.
+#![forbid(unsafe_code)]
+
+mod bench;
+mod chart;
+mod fixture;
+mod http;
+mod load;
+mod protocols;
+mod report;
+mod runner;
+mod stats;
+mod stores;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::bench::{Bench, Kind, Plan};
+use crate::fixture::BoxError;
+use crate::report::Report;
+use crate::runner::{Limit, Workload};
+use crate::stores::{memory, postgres, redis, sqlite};
+
+/// Benchmarks idem's stores against the raw minimal protocol on the same
+/// server, in one process.
+///
+/// For each store and workload (first executions on fresh keys, replays of
+/// completed keys, 32 callers contending for one key) and each concurrency,
+/// it runs: the raw protocol by hand (a one-round-trip claim and a
+/// one-round-trip compare-and-set completion, through the same client as the
+/// store), for Redis the common blog recipe as a reference, and idem's
+/// `execute`. Rows alternate within each repetition; each figure is the
+/// median over repetitions. It prints ops/s, p50 and p99 per row, round
+/// trips per operation from the server's own counters, and one line
+/// `ratio <store> <workload> c<N> <idem/raw>` per cell.
+///
+/// A store whose server cannot be reached is skipped with the reason
+/// (an error instead when the CI variable is set).
+#[derive(Debug, Parser)]
+#[command(name = "idem-bench", version)]
+struct Args {
+    /// A short run for CI and a first look: 200 ms per run, 3 repetitions,
+    /// 200 replay keys; under a minute for all four stores.
+    #[arg(long)]
+    quick: bool,
+
+    /// Stores to measure, comma-separated: memory, sqlite, redis, postgres
+    /// (or `none`, with --http, for the HTTP mode alone).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "memory,sqlite,redis,postgres"
+    )]
+    stores: Vec<String>,
+
+    /// Workloads, comma-separated: first, replay, contended.
+    #[arg(long, value_delimiter = ',', default_value = "first,replay,contended")]
+    workloads: Vec<String>,
+
+    /// Concurrent callers, comma-separated; every workload runs at each.
+    #[arg(long, value_delimiter = ',', default_value = "1,32")]
+    concurrency: Vec<usize>,
+
+    /// Redis server.
+    #[arg(long, env = "IDEM_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+
+    /// PostgreSQL server.
+    #[arg(
+        long,
+        env = "IDEM_POSTGRES_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    postgres_url: String,
+
+    /// Wall time of each timed run (one row, one repetition), such as
+    /// `2s` or `500ms`. Default 2s, or 200ms with --quick.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+
+    /// Stop each timed run after this many operations instead.
+    #[arg(long, conflicts_with = "duration")]
+    ops: Option<u64>,
+
+    /// Repetitions of each cell (rows alternate within each). Default 3.
+    #[arg(long)]
+    reps: Option<usize>,
+
+    /// Completed keys the replay workload cycles through. Default 1000, or
+    /// 200 with --quick.
+    #[arg(long)]
+    replay_keys: Option<u64>,
+
+    /// Rows to run, comma-separated: raw, blog, raw-1tx, control, idem (all
+    /// by default). Handy for profiling one row alone; ratios need both
+    /// idem and its baseline.
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<String>,
+
+    /// Also run the HTTP mode: an axum app behind `IdempotencyLayer`
+    /// (Redis and memory backends) against an axum control that makes one
+    /// plain store round trip per request, from 32 keep-alive connections.
+    #[arg(long)]
+    http: bool,
+
+    /// Write a PNG chart of ops/s per store and workload here.
+    #[arg(long)]
+    chart: Option<PathBuf>,
+
+    /// Folder for the SQLite files (a temporary folder by default).
+    #[arg(long)]
+    sqlite_dir: Option<PathBuf>,
+}
+
+impl Args {
+    fn plan(&self) -> Result<Plan, String> {
+        let workloads = self
+            .workloads
+            .iter()
+            .map(|w| Workload::parse(w.trim()).ok_or_else(|| format!("unknown workload {w:?}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(row) = self.rows.iter().find(|r| {
+            ![
+                Kind::Raw,
+                Kind::Blog,
+                Kind::Single,
+                Kind::Control,
+                Kind::Idem,
+            ]
+            .iter()
+            .any(|k| k.name() == r.trim())
+        }) {
+            return Err(format!("unknown row {row:?}"));
+        }
+        if self.concurrency.contains(&0) {
+            return Err("a concurrency must be at least 1".to_owned());
+        }
+        let duration = self.duration.unwrap_or(if self.quick {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(2)
+        });
+        let limit = self.ops.map_or(Limit::Time(duration), Limit::Ops);
+        let warmup = match limit {
+            Limit::Time(d) => Limit::Time(d / 4),
+            Limit::Ops(n) => Limit::Ops((n / 4).max(1)),
+        };
+        Ok(Plan {
+            workloads,
+            concurrency: self.concurrency.clone(),
+            reps: self.reps.unwrap_or(3).max(1),
+            limit,
+            warmup,
+            replay_pool: self
+                .replay_keys
+                .unwrap_or(if self.quick { 200 } else { 1000 })
+                .max(1),
+            tag: format!("ib{}", fixture::run_tag()),
+            rows: self.rows.iter().map(|r| r.trim().to_owned()).collect(),
+        })
+    }
+
+    fn wants(&self, store: &str) -> bool {
+        self.stores.iter().any(|s| s.trim() == store)
+    }
+}
+
+/// Reads `250ms`, `2s`, `1.5s` or `1m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 2s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("unknown unit {unit:?}: use ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let plan = match args.plan() {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("idem-bench: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("idem-bench: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args, &plan)) {
+        Ok(report) => finish(&args, &report),
+        Err(error) => {
+            eprintln!("idem-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
+    let mut report = Report::default();
+    for store in args.stores.iter().map(|s| s.trim()) {
+        if !matches!(
+            store,
+            "memory" | "sqlite" | "redis" | "postgres" | "none" | ""
+        ) {
+            return Err(format!("unknown store {store:?}").into());
+        }
+    }
+    eprintln!("idem-bench: {plan:?}");
+    for name in ["memory", "sqlite", "redis", "postgres"] {
+        if !args.wants(name) {
+            continue;
+        }
+        let bench: Box<dyn Bench> = match name {
+            "memory" => Box::new(memory::MemoryBench),
+            "sqlite" => {
+                Box::new(sqlite::SqliteBench::open(args.sqlite_dir.as_deref(), &plan.tag).await?)
+            }
+            "redis" => match redis::RedisBench::connect(&args.redis_url, &plan.tag).await {
+                Ok(bench) => Box::new(bench),
+                Err(reason) => {
+                    skip(&mut report, "redis", &args.redis_url, &reason);
+                    continue;
+                }
+            },
+            _ => match postgres::PostgresBench::connect(&args.postgres_url, &plan.tag).await {
+                Ok(bench) => Box::new(bench),
+                Err(reason) => {
+                    skip(&mut report, "postgres", &args.postgres_url, &reason);
+                    continue;
+                }
+            },
+        };
+        eprintln!("idem-bench: measuring {name}");
+        let measured = bench::measure(bench.as_ref(), plan, &mut report).await;
+        let finished = bench.finish(&mut report).await;
+        measured?;
+        finished?;
+    }
+    if args.http {
+        http::measure(args.redis_url.as_str(), plan, &mut report).await?;
+    }
+    Ok(report)
+}
+
+fn skip(report: &mut Report, store: &str, url: &str, reason: &BoxError) {
+    let line = format!("{store} at {url} is unreachable ({reason}); its rows are skipped");
+    eprintln!("idem-bench: {line}");
+    report.skipped.push(line);
+}
+
+fn finish(args: &Args, report: &Report) -> ExitCode {
+    print!("{}", report.render());
+    if let Some(path) = &args.chart {
+        match chart::draw(report, path) {
+            Ok(()) => eprintln!("idem-bench: chart written to {}", path.display()),
+            Err(error) => {
+                eprintln!("idem-bench: cannot draw the chart: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let errors: u64 = report.rows.iter().map(|r| r.tally.errors).sum();
+    if errors > 0 {
+        eprintln!("idem-bench: {errors} operations failed; see the rows marked with errors");
+        return ExitCode::FAILURE;
+    }
+    if std::env::var_os("CI").is_some() && !report.skipped.is_empty() {
+        eprintln!("idem-bench: CI is set, so an unreachable store is a failure");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_common_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3h").is_err());
+    }
+}

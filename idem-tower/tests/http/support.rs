@@ -59,8 +59,50 @@ impl Backend {
 }
 
 /// The stores every case runs against; another backend is one more entry.
+/// Redis and PostgreSQL are the servers named by `IDEM_REDIS_URL` and
+/// `IDEM_POSTGRES_URL` (or the local ones); an unreachable one is skipped
+/// with a printed reason, or fails the case when `CI` is set.
 pub(crate) async fn backends() -> Vec<Backend> {
-    vec![Backend::new("memory", MemoryStore::new())]
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let sqlite = idem_sqlite::SqliteStore::open(dir.path().join("idem.db"))
+        .await
+        .expect("SQLite opens");
+    let mut backends = vec![
+        Backend::new("memory", MemoryStore::new()),
+        Backend::with_guard("sqlite", sqlite, dir),
+    ];
+    if let Some(url) = server("IDEM_REDIS_URL", "redis://127.0.0.1:6379", 6379) {
+        let store = idem_redis::RedisStore::connect(url.as_str())
+            .await
+            .expect("Redis connects")
+            .with_prefix("idem-tower-test:");
+        backends.push(Backend::new("redis", store));
+    }
+    let postgres = "postgres://root@127.0.0.1:5432/test";
+    if let Some(url) = server("IDEM_POSTGRES_URL", postgres, 5432) {
+        // One table for every case: each case has its own namespace.
+        let store = idem_postgres::PostgresStore::connect(&url)
+            .await
+            .expect("PostgreSQL connects")
+            .with_table("idem_tower_test")
+            .expect("a plain table name");
+        store.migrate().await.expect("the table is created");
+        backends.push(Backend::new("postgres", store));
+    }
+    backends
+}
+
+fn server(var: &str, default: &str, port: u16) -> Option<String> {
+    let url = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+    if std::env::var(var).is_ok() || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        return Some(url);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{url} is not reachable and CI is set"
+    );
+    eprintln!("skipping {url}: not reachable");
+    None
 }
 
 /// Runs `case` once on every backend, naming the backend in the output.

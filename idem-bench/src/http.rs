@@ -1,0 +1,234 @@
+//! HTTP mode: an axum app with a fixed handler behind `IdempotencyLayer`,
+//! against an axum control whose handler makes one plain store round trip,
+//! both on 127.0.0.1 and loaded by the same client from 32 keep-alive
+//! connections.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use http::{header, StatusCode};
+use idem_core::{Idempotent, MemoryStore, Store};
+use idem_redis::RedisStore;
+use idem_tower::IdempotencyLayer;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use tokio::task::JoinHandle;
+
+use crate::bench::{self, Bench, Contestant, Counters, Kind, Plan};
+use crate::fixture::{self, BoxError, RETENTION};
+use crate::load::{self, HttpRow};
+use crate::report::Report;
+use crate::runner::{Protocol, Workload};
+use crate::stores::redis as redis_rows;
+
+/// Keep-alive connections, and so concurrent requests, per row.
+const CONNECTIONS: usize = 32;
+
+/// Measures replays (and first executions, if asked) over HTTP with the
+/// memory store and, when its server answers, Redis.
+pub(crate) async fn measure(
+    redis_url: &str,
+    plan: &Plan,
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    let plan = Plan {
+        workloads: plan
+            .workloads
+            .iter()
+            .copied()
+            .filter(|w| matches!(w, Workload::First | Workload::Replay))
+            .collect(),
+        concurrency: vec![CONNECTIONS],
+        ..plan.clone()
+    };
+    let memory = HttpBench::memory(&plan.tag).await?;
+    eprintln!("idem-bench: measuring http-memory");
+    let measured = bench::measure(&memory, &plan, report).await;
+    memory.finish(report).await?;
+    measured?;
+    match HttpBench::redis(redis_url, &plan.tag).await {
+        Ok(redis) => {
+            eprintln!("idem-bench: measuring http-redis");
+            let measured = bench::measure(&redis, &plan, report).await;
+            redis.finish(report).await?;
+            measured?;
+        }
+        Err(reason) => {
+            let line =
+                format!("http-redis: redis at {redis_url} is unreachable ({reason}); skipped");
+            eprintln!("idem-bench: {line}");
+            report.skipped.push(line);
+        }
+    }
+    Ok(())
+}
+
+/// The two apps of one backend and what the rows need to reach them.
+struct HttpBench {
+    name: &'static str,
+    idem_url: http::Uri,
+    control_url: http::Uri,
+    servers: Vec<JoinHandle<()>>,
+    /// For Redis: a connection for counters and cleanup, and the prefix.
+    redis: Option<(MultiplexedConnection, String)>,
+}
+
+/// The response every handler gives: 201 with a 100-byte JSON body.
+fn answer() -> impl IntoResponse {
+    (
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/json")],
+        Bytes::from(fixture::outcome_payload()),
+    )
+}
+
+async fn pay() -> impl IntoResponse {
+    answer()
+}
+
+impl HttpBench {
+    async fn memory(tag: &str) -> Result<HttpBench, BoxError> {
+        let store = Arc::new(MemoryStore::new());
+        let idem_store: Arc<dyn Store> = store.clone();
+        let control = Router::new()
+            .route("/pay", post(memory_control))
+            .with_state((store, format!("{tag}.control")));
+        HttpBench::start(
+            "http-memory",
+            Idempotent::from_arc(idem_store),
+            control,
+            None,
+        )
+        .await
+    }
+
+    async fn redis(url: &str, tag: &str) -> Result<HttpBench, BoxError> {
+        let admin = redis_rows::admin_connection(url).await?;
+        let shared = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let prefix = format!("idem-bench:{tag}:http:");
+        let store = RedisStore::from_connection(shared.clone()).with_prefix(prefix.clone());
+        let control = Router::new()
+            .route("/pay", post(redis_control))
+            .with_state((shared, format!("{prefix}control")));
+        HttpBench::start(
+            "http-redis",
+            Idempotent::new(store),
+            control,
+            Some((admin, prefix)),
+        )
+        .await
+    }
+
+    async fn start(
+        name: &'static str,
+        idem: Idempotent,
+        control: Router,
+        redis: Option<(MultiplexedConnection, String)>,
+    ) -> Result<HttpBench, BoxError> {
+        let layer = IdempotencyLayer::from_idempotent(idem.with_retention(RETENTION));
+        let app = Router::new().route("/pay", post(pay)).layer(layer);
+        let (idem_addr, idem_server) = serve(app).await?;
+        let (control_addr, control_server) = serve(control).await?;
+        Ok(HttpBench {
+            name,
+            idem_url: format!("http://{idem_addr}/pay").parse()?,
+            control_url: format!("http://{control_addr}/pay").parse()?,
+            servers: vec![idem_server, control_server],
+            redis,
+        })
+    }
+}
+
+async fn serve(app: Router) -> Result<(SocketAddr, JoinHandle<()>), BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            eprintln!("idem-bench: an HTTP server stopped: {error}");
+        }
+    });
+    Ok((addr, server))
+}
+
+/// The control over memory: one store read per request.
+async fn memory_control(
+    State((store, key)): State<(Arc<MemoryStore>, String)>,
+) -> axum::response::Response {
+    match store.load(&key).await {
+        Ok(_) => answer().into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// The control over Redis: one `GET` per request, on the same kind of
+/// shared connection the store uses.
+async fn redis_control(
+    State((mut connection, key)): State<(ConnectionManager, String)>,
+) -> axum::response::Response {
+    let got: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut connection)
+        .await;
+    match got {
+        Ok(_) => answer().into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+#[async_trait]
+impl Bench for HttpBench {
+    fn store(&self) -> &'static str {
+        self.name
+    }
+
+    fn contestants(&self) -> Vec<Contestant> {
+        let control: Arc<dyn Protocol> = Arc::new(HttpRow::new(
+            load::client(CONNECTIONS),
+            self.control_url.clone(),
+        ));
+        let idem: Arc<dyn Protocol> = Arc::new(HttpRow::new(
+            load::client(CONNECTIONS),
+            self.idem_url.clone(),
+        ));
+        vec![
+            Contestant {
+                kind: Kind::Control,
+                make: Box::new(move || control.clone()),
+                fresh: false,
+                round_trips: |d| redis_rows::count(d, &["get"]),
+            },
+            Contestant {
+                kind: Kind::Idem,
+                make: Box::new(move || idem.clone()),
+                fresh: false,
+                round_trips: redis_rows::store_requests,
+            },
+        ]
+    }
+
+    async fn tidy(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    async fn counters(&self) -> Result<Option<Counters>, BoxError> {
+        match &self.redis {
+            Some((admin, _)) => Ok(Some(redis_rows::commandstats(&mut admin.clone()).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn finish(&self, _report: &mut Report) -> Result<(), BoxError> {
+        for server in &self.servers {
+            server.abort();
+        }
+        match &self.redis {
+            Some((admin, prefix)) => redis_rows::unlink_prefix(&mut admin.clone(), prefix).await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The report: a readable table, then one machine-readable line per figure.
+
+use std::fmt::Write as _;
+
+use crate::bench::Kind;
+use crate::runner::{Tally, Workload};
+use crate::stats::{self, Summary};
+
+/// One measured row: a protocol on a store, in one workload and concurrency.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub(crate) store: &'static str,
+    pub(crate) workload: Workload,
+    pub(crate) concurrency: usize,
+    pub(crate) kind: Kind,
+    /// The median of each figure over the repetitions.
+    pub(crate) summary: Summary,
+    /// Each repetition, in order.
+    pub(crate) reps: Vec<Summary>,
+    pub(crate) tally: Tally,
+    /// Round trips per operation from the server's counters.
+    pub(crate) round_trips: Option<f64>,
+    /// Every counter that moved, per operation.
+    pub(crate) breakdown: Option<String>,
+    pub(crate) first_error: Option<String>,
+    /// CPU time of the harness process per operation, in µs (median over
+    /// repetitions): the client's cost, plus the store's for in-process
+    /// stores and the server's in HTTP mode.
+    pub(crate) cpu_us: Option<f64>,
+}
+
+impl Row {
+    /// The one line printed as soon as the row is measured.
+    pub(crate) fn progress_line(&self) -> String {
+        let mut line = format!(
+            "  {:<11} {:<10} c{:<3} {:<7} {:>11} ops/s  p50 {:>9} µs  p99 {:>9} µs",
+            self.store,
+            self.workload.name(),
+            self.concurrency,
+            self.kind.name(),
+            thousands(self.summary.ops_per_sec),
+            fixed(self.summary.p50_us),
+            fixed(self.summary.p99_us),
+        );
+        let t = &self.tally;
+        let _ = write!(
+            line,
+            "  [ran {} replayed {} in-progress {}",
+            t.ran, t.replayed, t.in_progress
+        );
+        if t.errors > 0 {
+            let _ = write!(line, " ERRORS {}", t.errors);
+        }
+        line.push(']');
+        line
+    }
+}
+
+/// Everything one invocation measured.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    pub(crate) rows: Vec<Row>,
+    /// Store-specific sections (memory per record, HTTP), already formatted.
+    pub(crate) sections: Vec<String>,
+    /// Extra machine-readable lines, printed after the ratio lines.
+    pub(crate) lines: Vec<String>,
+    /// Stores skipped, and why.
+    pub(crate) skipped: Vec<String>,
+}
+
+impl Report {
+    /// The row of `kind` in the same cell as `row`.
+    pub(crate) fn peer(&self, row: &Row, kind: Kind) -> Option<&Row> {
+        self.rows.iter().find(|r| {
+            r.store == row.store
+                && r.workload == row.workload
+                && r.concurrency == row.concurrency
+                && r.kind == kind
+        })
+    }
+
+    /// idem over its baseline (raw, or the HTTP control), by ops/s: the
+    /// median of the per-repetition ratios, since each repetition ran both
+    /// rows back to back.
+    pub(crate) fn ratio(&self, idem: &Row) -> Option<f64> {
+        let raw = self
+            .peer(idem, Kind::Raw)
+            .or_else(|| self.peer(idem, Kind::Control))?;
+        paired_ratio(&idem.reps, &raw.reps)
+    }
+
+    /// The whole report as text.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<11} {:<10} {:>4}  {:<7} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7}",
+            "store",
+            "workload",
+            "conc",
+            "row",
+            "ops/s",
+            "p50 µs",
+            "p99 µs",
+            "cpu µs/op",
+            "rt/op",
+            "ratio"
+        );
+        let _ = writeln!(out, "{}", "-".repeat(97));
+        for row in &self.rows {
+            let ratio = match row.kind {
+                Kind::Idem => self.ratio(row).map(|r| format!("{r:.2}")),
+                Kind::Blog | Kind::Single => self
+                    .peer(row, Kind::Raw)
+                    .and_then(|raw| paired_ratio(&row.reps, &raw.reps))
+                    .map(|r| format!("({r:.2})")),
+                Kind::Raw | Kind::Control => None,
+            };
+            let _ = writeln!(
+                out,
+                "{:<11} {:<10} {:>4}  {:<7} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7}{}",
+                row.store,
+                row.workload.name(),
+                format!("c{}", row.concurrency),
+                row.kind.name(),
+                thousands(row.summary.ops_per_sec),
+                fixed(row.summary.p50_us),
+                fixed(row.summary.p99_us),
+                row.cpu_us.map_or("-".to_owned(), fixed),
+                row.round_trips
+                    .map_or("-".to_owned(), |r| format!("{r:.2}")),
+                ratio.unwrap_or_default(),
+                match (&row.first_error, row.tally.errors) {
+                    (Some(e), n) => format!("  {n} errors, first: {e}"),
+                    _ => String::new(),
+                },
+            );
+        }
+        let counted: Vec<&Row> = self.rows.iter().filter(|r| r.breakdown.is_some()).collect();
+        if !counted.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nserver counters per operation (all clients of the server):"
+            );
+            for row in counted {
+                let _ = writeln!(
+                    out,
+                    "  {:<11} {:<10} c{:<3} {:<7} {}",
+                    row.store,
+                    row.workload.name(),
+                    row.concurrency,
+                    row.kind.name(),
+                    row.breakdown.as_deref().unwrap_or_default()
+                );
+            }
+        }
+        for section in &self.sections {
+            let _ = writeln!(out, "\n{section}");
+        }
+        for skipped in &self.skipped {
+            let _ = writeln!(out, "\nskipped: {skipped}");
+        }
+        let _ = writeln!(out);
+        for line in self.machine_lines() {
+            let _ = writeln!(out, "{line}");
+        }
+        out
+    }
+
+    /// `ratio <store> <workload> c<N> <value>` per cell, `roundtrips ...`
+    /// per counted row, then the extra lines.
+    pub(crate) fn machine_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for row in self.rows.iter().filter(|r| r.kind == Kind::Idem) {
+            if let Some(r) = self.ratio(row) {
+                lines.push(format!(
+                    "ratio {} {} c{} {r:.3}",
+                    row.store,
+                    row.workload.name(),
+                    row.concurrency
+                ));
+            }
+        }
+        for row in &self.rows {
+            if let Some(rt) = row.round_trips {
+                lines.push(format!(
+                    "roundtrips {} {} c{} {} {rt:.2}",
+                    row.store,
+                    row.workload.name(),
+                    row.concurrency,
+                    row.kind.name()
+                ));
+            }
+        }
+        lines.extend(self.lines.iter().cloned());
+        lines
+    }
+}
+
+/// The median of `a[i] / b[i]` by ops/s over paired repetitions.
+pub(crate) fn paired_ratio(a: &[Summary], b: &[Summary]) -> Option<f64> {
+    let ratios: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .filter_map(|(a, b)| stats::ratio(a.ops_per_sec, b.ops_per_sec))
+        .collect();
+    stats::median(&ratios)
+}
+
+/// A rate with thousands separators and no decimals.
+pub(crate) fn thousands(value: f64) -> String {
+    if !value.is_finite() {
+        return "-".to_owned();
+    }
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A latency with precision that suits its size.
+pub(crate) fn fixed(us: f64) -> String {
+    match us {
+        us if !us.is_finite() => "-".to_owned(),
+        us if us < 10.0 => format!("{us:.2}"),
+        us if us < 1000.0 => format!("{us:.1}"),
+        us => format!("{us:.0}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(ops: f64) -> Summary {
+        Summary {
+            ops_per_sec: ops,
+            p50_us: 1.0,
+            p99_us: 2.0,
+        }
+    }
+
+    #[test]
+    fn paired_ratio_is_the_median_of_repetition_ratios() {
+        let idem = [s(90.0), s(50.0), s(100.0)];
+        let raw = [s(100.0), s(100.0), s(100.0)];
+        assert_eq!(paired_ratio(&idem, &raw), Some(0.9));
+        assert_eq!(paired_ratio(&idem, &[]), None);
+    }
+
+    #[test]
+    fn numbers_are_formatted_for_reading() {
+        assert_eq!(thousands(1234567.4), "1,234,567");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(f64::NAN), "-");
+        assert_eq!(fixed(1.234), "1.23");
+        assert_eq!(fixed(123.45), "123.5");
+        assert_eq!(fixed(12345.6), "12346");
+    }
+}

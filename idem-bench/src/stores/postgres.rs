@@ -1,0 +1,186 @@
+//! PostgreSQL: `PostgresStore` against its bare claim and complete
+//! statements on the same sqlx pool, with round trips from
+//! `pg_stat_database`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_core::{Fingerprint, Idempotent, Store};
+use idem_postgres::{raw, PostgresStore};
+use sqlx::{Connection, PgConnection, Row};
+use tokio::sync::Mutex;
+
+use crate::bench::{Bench, Contestant, Counters, Kind};
+use crate::fixture::{self, BoxError, LEASE, RETENTION};
+use crate::protocols::IdemRow;
+use crate::report::Report;
+use crate::runner::{Outcome, Protocol};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The PostgreSQL rows, their shared pool, and a connection of the
+/// harness's own for reading counters.
+pub(crate) struct PostgresBench {
+    store: PostgresStore,
+    observer: Mutex<PgConnection>,
+    /// Transactions the harness itself committed while reading counters:
+    /// subtracted, so the counts are the rows' own (and other clients').
+    own: AtomicU64,
+}
+
+impl std::fmt::Debug for PostgresBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBench")
+            .field("table", &self.store.table())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresBench {
+    /// Connects the store's pool (sqlx's defaults, as `connect` gives a
+    /// user) and a counter connection, and creates a table for this run.
+    pub(crate) async fn connect(url: &str, tag: &str) -> Result<PostgresBench, BoxError> {
+        let store = tokio::time::timeout(CONNECT_TIMEOUT, PostgresStore::connect(url))
+            .await
+            .map_err(|_| "no answer within 5 s")??
+            .with_table(&format!("idem_bench_{tag}"))?;
+        store.migrate().await?;
+        let observer = PgConnection::connect(url).await?;
+        Ok(PostgresBench {
+            store,
+            observer: Mutex::new(observer),
+            own: AtomicU64::new(0),
+        })
+    }
+
+    /// Makes every pooled connection publish its pending statistics:
+    /// PostgreSQL flushes a backend's counters at most once a second, and
+    /// an idle one only after up to ten, so without this a run's delta
+    /// would miss its tail. Each flush is itself one transaction.
+    async fn flush_pool(&self) -> Result<u64, BoxError> {
+        let pool = self.store.pool();
+        let mut held = Vec::new();
+        for _ in 0..pool.size() {
+            match tokio::time::timeout(Duration::from_millis(200), pool.acquire()).await {
+                Ok(conn) => held.push(conn?),
+                Err(_) => break,
+            }
+        }
+        let flushed = held.len() as u64;
+        for conn in &mut held {
+            sqlx::query("SELECT pg_stat_force_next_flush()")
+                .execute(&mut **conn)
+                .await?;
+        }
+        Ok(flushed)
+    }
+
+    /// Transactions committed or rolled back in this database so far, less
+    /// the harness's own.
+    async fn read_counters(&self) -> Result<Counters, BoxError> {
+        let flushed = self.flush_pool().await?;
+        let mut observer = self.observer.lock().await;
+        // The read itself is a transaction, flushed with the next one.
+        let row = sqlx::query(
+            "SELECT (xact_commit + xact_rollback)::int8, pg_stat_force_next_flush() IS NULL \
+             FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&mut *observer)
+        .await?;
+        let own = self.own.fetch_add(flushed + 1, Ordering::Relaxed) + flushed;
+        let total: i64 = row.try_get(0)?;
+        Ok(Counters::from([(
+            "xact".to_owned(),
+            (total.max(0) as u64).saturating_sub(own),
+        )]))
+    }
+}
+
+#[async_trait]
+impl Bench for PostgresBench {
+    fn store(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn contestants(&self) -> Vec<Contestant> {
+        let raw: Arc<dyn Protocol> = Arc::new(Raw {
+            store: self.store.clone(),
+            fingerprint: fixture::fingerprint(),
+            payload: fixture::outcome_payload(),
+        });
+        let store: Arc<dyn Store> = Arc::new(self.store.clone());
+        let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store)));
+        let transactions = |d: &Counters| d.get("xact").copied().unwrap_or(0);
+        vec![
+            Contestant {
+                kind: Kind::Raw,
+                make: Box::new(move || raw.clone()),
+                fresh: false,
+                round_trips: transactions,
+            },
+            Contestant {
+                kind: Kind::Idem,
+                make: Box::new(move || idem.clone()),
+                fresh: false,
+                round_trips: transactions,
+            },
+        ]
+    }
+
+    async fn tidy(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    async fn counters(&self) -> Result<Option<Counters>, BoxError> {
+        // A server without the statistics functions (before PostgreSQL 15)
+        // gets no round-trip figures rather than no benchmark.
+        Ok(self.read_counters().await.ok())
+    }
+
+    async fn finish(&self, _report: &mut Report) -> Result<(), BoxError> {
+        let table = self.store.table();
+        // The name was built by this harness and validated by the store.
+        sqlx::query(&format!("DROP TABLE IF EXISTS \"{table}\""))
+            .execute(self.store.pool())
+            .await?;
+        Ok(())
+    }
+}
+
+/// The store's own claim and complete statements, bare (the helper
+/// idem-postgres keeps for this comparison).
+struct Raw {
+    store: PostgresStore,
+    fingerprint: Fingerprint,
+    payload: Vec<u8>,
+}
+
+#[async_trait]
+impl Protocol for Raw {
+    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
+        let token = fixture::token();
+        let (token, fingerprint) = (token.as_bytes(), self.fingerprint.as_bytes());
+        match raw::claim(&self.store, key, token, fingerprint, LEASE, RETENTION).await? {
+            raw::Claimed::Inserted => {
+                let done = raw::complete(
+                    &self.store,
+                    key,
+                    token,
+                    fingerprint,
+                    &self.payload,
+                    RETENTION,
+                )
+                .await?;
+                if done {
+                    Ok(Outcome::Ran)
+                } else {
+                    Err("raw completion lost its claim".into())
+                }
+            }
+            raw::Claimed::Found { state: 0, .. } => Ok(Outcome::InProgress),
+            raw::Claimed::Found { .. } => Ok(Outcome::Replayed),
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! Redis: `RedisStore` against the raw protocol and the blog recipe, all on
+//! one shared connection, with round trips from `INFO commandstats` and
+//! memory per record from `MEMORY USAGE`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_core::{Idempotent, Store};
+use idem_redis::raw::{RawClaim, RawProtocol};
+use idem_redis::RedisStore;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::AsyncCommands;
+
+use crate::bench::{Bench, Contestant, Counters, Kind};
+use crate::fixture::{self, BoxError, LEASE, RETENTION};
+use crate::protocols::IdemRow;
+use crate::report::Report;
+use crate::runner::{Outcome, Protocol};
+
+/// How long to wait for a server before calling it unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The Redis rows and the connections they share.
+pub(crate) struct RedisBench {
+    /// The one connection every row sends its commands on.
+    shared: ConnectionManager,
+    /// A separate connection for counters, memory figures and cleanup.
+    admin: MultiplexedConnection,
+    store: RedisStore,
+    prefix: String,
+    tag: String,
+}
+
+impl std::fmt::Debug for RedisBench {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBench")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBench {
+    /// Connects twice to `url`; fails when the server cannot be reached.
+    pub(crate) async fn connect(url: &str, tag: &str) -> Result<RedisBench, BoxError> {
+        let admin = admin_connection(url).await?;
+        let client = redis::Client::open(url)?;
+        let shared = tokio::time::timeout(CONNECT_TIMEOUT, ConnectionManager::new(client))
+            .await
+            .map_err(|_| "no answer within 3 s")??;
+        let prefix = format!("idem-bench:{tag}:");
+        let store = RedisStore::from_connection(shared.clone()).with_prefix(prefix.clone());
+        Ok(RedisBench {
+            shared,
+            admin,
+            store,
+            prefix,
+            tag: tag.to_owned(),
+        })
+    }
+
+    /// Bytes a completed idem record takes, against a bare string holding
+    /// the same outcome under the same key.
+    async fn memory_per_record(&self, report: &mut Report) -> Result<(), BoxError> {
+        let mut admin = self.admin.clone();
+        let client_key = format!("{}.idem.r0", self.tag);
+        let idem = Idempotent::new(self.store.clone());
+        let key = self.store.redis_key(idem.key(&client_key)?.as_str());
+        let record: Option<u64> = memory_usage(&mut admin, &key).await?;
+        let Some(record) = record else {
+            return Ok(());
+        };
+        let value: Vec<u8> = admin.get(&key).await?;
+        let payload = fixture::outcome_payload();
+        admin
+            .pset_ex::<_, _, ()>(&key, &payload, fixture::millis(RETENTION) as u64)
+            .await?;
+        let bare = memory_usage(&mut admin, &key).await?.unwrap_or(0);
+        admin.del::<_, ()>(&key).await?;
+        let extra = record as i64 - bare as i64;
+        report.sections.push(format!(
+            "redis: memory per completed record (MEMORY USAGE, same key, 100-byte outcome)\n  \
+             idem record {record} B (value {} B)  bare string {bare} B  idem costs {extra:+} B",
+            value.len()
+        ));
+        report.lines.push(format!(
+            "bytes redis record {record} bare {bare} extra {extra}"
+        ));
+        Ok(())
+    }
+
+    async fn cleanup(&self) -> Result<(), BoxError> {
+        unlink_prefix(&mut self.admin.clone(), &self.prefix).await
+    }
+}
+
+/// Deletes every key under `prefix`.
+pub(crate) async fn unlink_prefix(
+    admin: &mut MultiplexedConnection,
+    prefix: &str,
+) -> Result<(), BoxError> {
+    unlink_matching(admin, &format!("{prefix}*")).await
+}
+
+/// Deletes every key matching the glob `pattern`.
+async fn unlink_matching(admin: &mut MultiplexedConnection, pattern: &str) -> Result<(), BoxError> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(5000)
+            .query_async(admin)
+            .await?;
+        if !keys.is_empty() {
+            redis::cmd("UNLINK")
+                .arg(keys)
+                .query_async::<()>(admin)
+                .await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+/// The server's command counters now.
+pub(crate) async fn commandstats(admin: &mut MultiplexedConnection) -> Result<Counters, BoxError> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .arg("cpu")
+        .query_async(admin)
+        .await?;
+    Ok(parse_commandstats(&info))
+}
+
+/// Connects a plain multiplexed connection, or says why not.
+pub(crate) async fn admin_connection(url: &str) -> Result<MultiplexedConnection, BoxError> {
+    let client = redis::Client::open(url)?;
+    Ok(
+        tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| "no answer within 3 s")??,
+    )
+}
+
+async fn memory_usage(
+    admin: &mut MultiplexedConnection,
+    key: &[u8],
+) -> Result<Option<u64>, BoxError> {
+    Ok(redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(admin)
+        .await?)
+}
+
+#[async_trait]
+impl Bench for RedisBench {
+    fn store(&self) -> &'static str {
+        "redis"
+    }
+
+    fn contestants(&self) -> Vec<Contestant> {
+        let raw: Arc<dyn Protocol> = Arc::new(Raw {
+            protocol: RawProtocol::new(&self.store),
+            fingerprint: fixture::fingerprint(),
+            payload: fixture::outcome_payload(),
+        });
+        let blog: Arc<dyn Protocol> = Arc::new(Blog {
+            connection: self.shared.clone(),
+            prefix: self.prefix.clone(),
+            payload: fixture::outcome_payload(),
+        });
+        let store: Arc<dyn Store> = Arc::new(self.store.clone());
+        let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store)));
+        vec![
+            Contestant {
+                kind: Kind::Raw,
+                make: Box::new(move || raw.clone()),
+                fresh: false,
+                // The claim is a top-level SET; the completion is one EVALSHA
+                // whose script makes one inner SET when it succeeds (every
+                // time, or the row reports errors), so top-level commands
+                // are SETs less inner SETs plus EVALSHAs: the SETs.
+                round_trips: |d| count(d, &["set"]),
+            },
+            Contestant {
+                kind: Kind::Blog,
+                make: Box::new(move || blog.clone()),
+                fresh: false,
+                round_trips: |d| count(d, &["set", "get", "psetex"]),
+            },
+            Contestant {
+                kind: Kind::Idem,
+                make: Box::new(move || idem.clone()),
+                fresh: false,
+                round_trips: store_requests,
+            },
+        ]
+    }
+
+    async fn tidy(&self) -> Result<(), BoxError> {
+        let mut admin = self.admin.clone();
+        for pattern in ["*.f[0-9]*", "*.c[0-9]*"] {
+            unlink_matching(&mut admin, &format!("{}{pattern}", self.prefix)).await?;
+        }
+        Ok(())
+    }
+
+    async fn counters(&self) -> Result<Option<Counters>, BoxError> {
+        Ok(Some(commandstats(&mut self.admin.clone()).await?))
+    }
+
+    async fn finish(&self, report: &mut Report) -> Result<(), BoxError> {
+        let measured = self.memory_per_record(report).await;
+        let cleaned = self.cleanup().await;
+        measured.and(cleaned)
+    }
+}
+
+/// Requests of idem-redis: each store operation is one script call or one
+/// `MULTI … EXEC` sent in one write. What runs inside a script or a
+/// transaction is not a round trip, and `MULTI` travels with its `EXEC`.
+pub(crate) fn store_requests(delta: &Counters) -> u64 {
+    count(delta, &["evalsha", "eval", "script|load", "exec"])
+}
+
+pub(crate) fn count(delta: &Counters, names: &[&str]) -> u64 {
+    names.iter().filter_map(|n| delta.get(*n)).sum()
+}
+
+/// `cmdstat_set:calls=13,usec=...` lines into `set -> 13`, and the
+/// server process's CPU time (`used_cpu_user` + `used_cpu_sys`) into
+/// [`SERVER_CPU`], in microseconds.
+fn parse_commandstats(info: &str) -> Counters {
+    let mut counters: Counters = info
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        // The harness's own reads of these counters are not the rows' work.
+        .filter(|(name, _)| name != "info")
+        .collect();
+    let cpu: f64 = info
+        .lines()
+        .filter_map(|line| {
+            let value = line
+                .strip_prefix("used_cpu_user:")
+                .or_else(|| line.strip_prefix("used_cpu_sys:"))?;
+            value.trim().parse::<f64>().ok()
+        })
+        .sum();
+    if cpu > 0.0 {
+        counters.insert(SERVER_CPU.to_owned(), (cpu * 1e6) as u64);
+    }
+    counters
+}
+
+/// The counter that holds the server's CPU time, in microseconds: per
+/// operation, what each row costs the server.
+pub(crate) const SERVER_CPU: &str = "server-cpu-µs";
+
+/// The raw protocol: `SET NX GET` to claim, a compare-and-set script to
+/// complete (the helper idem-redis keeps for this comparison).
+struct Raw {
+    protocol: RawProtocol,
+    fingerprint: idem_core::Fingerprint,
+    payload: Vec<u8>,
+}
+
+#[async_trait]
+impl Protocol for Raw {
+    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
+        match self.protocol.claim(key, &self.fingerprint, LEASE).await? {
+            RawClaim::Claimed(token) => {
+                let done = self
+                    .protocol
+                    .complete(key, token, &self.fingerprint, &self.payload, RETENTION)
+                    .await?;
+                if done {
+                    Ok(Outcome::Ran)
+                } else {
+                    Err("raw completion lost its claim".into())
+                }
+            }
+            RawClaim::InProgress => Ok(Outcome::InProgress),
+            RawClaim::Replay(_) => Ok(Outcome::Replayed),
+            RawClaim::Mismatch => Err("raw claim found another request's record".into()),
+        }
+    }
+}
+
+/// The recipe most blog posts give: `SET key pending NX PX lease`; on a
+/// duplicate, `GET key`; after the work, a plain `SET key outcome`. No
+/// token, so a stale owner overwrites a newer one; no fingerprint.
+struct Blog {
+    connection: ConnectionManager,
+    prefix: String,
+    payload: Vec<u8>,
+}
+
+const PENDING: &[u8] = b"pending";
+
+#[async_trait]
+impl Protocol for Blog {
+    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
+        let key = format!("{}blog:{key}", self.prefix);
+        let mut c = self.connection.clone();
+        let claimed: bool = redis::cmd("SET")
+            .arg(&key)
+            .arg(PENDING)
+            .arg("NX")
+            .arg("PX")
+            .arg(fixture::millis(LEASE))
+            .query_async::<Option<String>>(&mut c)
+            .await?
+            .is_some();
+        if claimed {
+            c.pset_ex::<_, _, ()>(&key, &self.payload[..], fixture::millis(RETENTION) as u64)
+                .await?;
+            return Ok(Outcome::Ran);
+        }
+        let found: Option<Vec<u8>> = c.get(&key).await?;
+        Ok(match found {
+            Some(value) if value != PENDING => Outcome::Replayed,
+            // Gone between the two commands (expired): a blog recipe calls
+            // that in progress too.
+            _ => Outcome::InProgress,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_read_by_command_without_the_harness_reads_and_with_server_cpu() {
+        let info = "# Commandstats\r\ncmdstat_set:calls=13,usec=116,usec_per_call=8.92,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_script|load:calls=2,usec=1\r\ncmdstat_info:calls=4,usec=131\r\n\
+                    # CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\nused_cpu_sys_children:9.0\r\n";
+        let c = parse_commandstats(info);
+        assert_eq!(c.get(SERVER_CPU), Some(&3_750_000));
+        assert_eq!(c.get("set"), Some(&13));
+        assert_eq!(c.get("script|load"), Some(&2));
+        assert_eq!(c.get("info"), None);
+    }
+}

@@ -1,0 +1,82 @@
+//! The harness runs end to end on the memory store: it prints a ratio line
+//! per cell and draws its chart. Speed is not asserted: CI machines vary.
+
+use std::process::Command;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_idem-bench"))
+}
+
+#[test]
+fn quick_mode_on_the_memory_store_prints_every_ratio_line_and_draws_a_chart() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let chart = dir.path().join("chart.png");
+    let output = bench()
+        .args([
+            "--quick",
+            "--stores",
+            "memory",
+            "--duration",
+            "20ms",
+            "--reps",
+            "1",
+        ])
+        .args(["--replay-keys", "10", "--chart"])
+        .arg(&chart)
+        .output()
+        .expect("the harness starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    for workload in ["first", "replay", "contended"] {
+        for concurrency in ["c1", "c32"] {
+            let prefix = format!("ratio memory {workload} {concurrency} ");
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no line {prefix:?} in\n{stdout}"));
+            let value: f64 = line[prefix.len()..].parse().expect("a number");
+            assert!(value.is_finite() && value > 0.0, "{line}");
+        }
+        assert!(
+            stdout.contains(&format!("overhead memory {workload} c1 ")),
+            "{stdout}"
+        );
+    }
+    let png = std::fs::read(&chart).expect("the chart was written");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+#[test]
+fn help_explains_the_options() {
+    let output = bench().arg("--help").output().expect("the harness starts");
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success());
+    for option in [
+        "--quick",
+        "--stores",
+        "--redis-url",
+        "--postgres-url",
+        "--duration",
+        "--ops",
+    ] {
+        assert!(help.contains(option), "{option} missing from\n{help}");
+    }
+    for option in ["--concurrency", "--http", "--chart"] {
+        assert!(help.contains(option), "{option} missing from\n{help}");
+    }
+}
+
+#[test]
+fn an_unknown_store_is_refused() {
+    let output = bench()
+        .args(["--stores", "mongo", "--duration", "10ms"])
+        .output()
+        .expect("the harness starts");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown store"));
+}

@@ -1,0 +1,41 @@
+//! idem's runnable showcase: a payments API whose `POST /payments` is made
+//! safe to retry by `idem-tower`, and a retry storm that proves it charges
+//! every payment exactly once.
+//!
+//! The `idem-demo` binary wraps this library (`serve`, `storm`); tests and
+//! other programs can run the same storm in-process:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use idem_core::MemoryStore;
+//! use idem_demo::{storm_in_process, StormConfig};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), idem_demo::StormError> {
+//! let mut config = StormConfig::default();
+//! config.clients = 4;
+//! config.payments = 20;
+//! let report = storm_in_process(Arc::new(MemoryStore::new()), &config).await?;
+//! println!("{report}");
+//! assert!(report.passed(), "a payment was charged twice or not at all");
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod app;
+mod client;
+mod ledger;
+mod report;
+mod server;
+mod store;
+mod storm;
+mod verify;
+
+pub use app::{router, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use client::ClientError;
+pub use ledger::{Charge, Gateway, Ledger};
+pub use report::Report;
+pub use server::{RunningServer, DEFAULT_GATEWAY_LATENCY};
+pub use store::{StoreSpec, StoreSpecError};
+pub use storm::{run_storm, storm_in_process, StormConfig, StormError};

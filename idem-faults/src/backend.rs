@@ -1,0 +1,133 @@
+//! The stores under test, described so that a worker process can open the
+//! same one: a SQLite file, a Redis key prefix, a PostgreSQL table.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use idem_core::{Store, StoreError};
+
+/// The environment variable that makes an unreachable server a failure
+/// instead of a skip.
+const CI: &str = "CI";
+
+/// One store, as every process of a test opens it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A Redis server and the key prefix that isolates this test.
+    Redis {
+        /// The server's URL.
+        url: String,
+        /// The key prefix.
+        prefix: String,
+    },
+    /// A PostgreSQL database and the table that isolates this test.
+    Postgres {
+        /// The database's URL.
+        url: String,
+        /// The table.
+        table: String,
+    },
+}
+
+impl Backend {
+    /// The backend's short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Redis { .. } => "redis",
+            Backend::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// Opens the store (creating the table for PostgreSQL).
+    pub async fn open(&self) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(match self {
+            Backend::Sqlite(path) => Arc::new(idem_sqlite::SqliteStore::open(path).await?),
+            Backend::Redis { url, prefix } => Arc::new(
+                idem_redis::RedisStore::connect(url.as_str())
+                    .await?
+                    .with_prefix(prefix.clone()),
+            ),
+            Backend::Postgres { url, table } => {
+                let store = idem_postgres::PostgresStore::connect(url)
+                    .await?
+                    .with_table(table)?;
+                store.migrate().await?;
+                Arc::new(store)
+            }
+        })
+    }
+
+    /// The backend as command-line words, for a worker process.
+    pub fn to_args(&self) -> Vec<String> {
+        match self {
+            Backend::Sqlite(path) => vec!["sqlite".into(), path.display().to_string()],
+            Backend::Redis { url, prefix } => vec!["redis".into(), url.clone(), prefix.clone()],
+            Backend::Postgres { url, table } => {
+                vec!["postgres".into(), url.clone(), table.clone()]
+            }
+        }
+    }
+
+    /// The inverse of [`Backend::to_args`].
+    pub fn from_args(args: &[String]) -> Option<Backend> {
+        match args {
+            [kind, path] if kind == "sqlite" => Some(Backend::Sqlite(PathBuf::from(path))),
+            [kind, url, prefix] if kind == "redis" => Some(Backend::Redis {
+                url: url.clone(),
+                prefix: prefix.clone(),
+            }),
+            [kind, url, table] if kind == "postgres" => Some(Backend::Postgres {
+                url: url.clone(),
+                table: table.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A fresh name for this test's prefix or table.
+pub fn unique_name(what: &str) -> String {
+    format!("idem_{what}_{:016x}", rand::random::<u64>())
+}
+
+/// The Redis URL for tests, or `None` (after printing why) when no server
+/// answers. Panics instead when `CI` is set: there a missing server is a
+/// failure.
+pub fn redis_url() -> Option<String> {
+    let url = std::env::var("IDEM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    reachable("Redis", &url, 6379).then_some(url)
+}
+
+/// The PostgreSQL URL for tests, or `None` as for [`redis_url`].
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var("IDEM_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
+    reachable("PostgreSQL", &url, 5432).then_some(url)
+}
+
+fn reachable(what: &str, url: &str, default_port: u16) -> bool {
+    let authority = url.split("://").nth(1).unwrap_or("");
+    let host_port = authority
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .rsplit('@')
+        .next()
+        .unwrap_or("");
+    let addr = if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:{default_port}")
+    };
+    let ok = std::net::TcpStream::connect(&addr).is_ok();
+    if !ok {
+        if std::env::var_os(CI).is_some() {
+            panic!("{what} is not reachable at {addr} and CI is set");
+        }
+        eprintln!("skipping: {what} is not reachable at {addr}");
+    }
+    ok
+}
