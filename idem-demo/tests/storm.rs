@@ -80,7 +80,10 @@ fn server(var: &str, default: &str, port: u16) -> Option<String> {
     if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() || std::env::var(var).is_ok() {
         return Some(url);
     }
-    assert!(std::env::var_os("CI").is_none(), "{url} is not reachable and CI is set");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{url} is not reachable and CI is set"
+    );
     eprintln!("skipping: {url} is not reachable");
     None
 }
