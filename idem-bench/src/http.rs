@@ -32,6 +32,7 @@ const CONNECTIONS: usize = 32;
 /// Measures replays (and first executions, if asked) over HTTP with the
 /// memory store and, when its server answers, Redis.
 pub(crate) async fn measure(
+    backends: &[&str],
     redis_url: &str,
     plan: &Plan,
     report: &mut Report,
@@ -46,11 +47,16 @@ pub(crate) async fn measure(
         concurrency: vec![CONNECTIONS],
         ..plan.clone()
     };
-    let memory = HttpBench::memory(&plan.tag).await?;
-    eprintln!("idem-bench: measuring http-memory");
-    let measured = bench::measure(&memory, &plan, report).await;
-    memory.finish(report).await?;
-    measured?;
+    if backends.contains(&"memory") {
+        let memory = HttpBench::memory(&plan.tag).await?;
+        eprintln!("idem-bench: measuring http-memory");
+        let measured = bench::measure(&memory, &plan, report).await;
+        memory.finish(report).await?;
+        measured?;
+    }
+    if !backends.contains(&"redis") {
+        return Ok(());
+    }
     match HttpBench::redis(redis_url, &plan.tag).await {
         Ok(redis) => {
             eprintln!("idem-bench: measuring http-redis");

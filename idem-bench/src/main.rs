@@ -104,11 +104,12 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     rows: Vec<String>,
 
-    /// Also run the HTTP mode: an axum app behind `IdempotencyLayer`
-    /// (Redis and memory backends) against an axum control that makes one
-    /// plain store round trip per request, from 32 keep-alive connections.
-    #[arg(long)]
-    http: bool,
+    /// Also run the HTTP mode, over the backends listed (`memory`,
+    /// `redis`; both when none is given): an axum app behind
+    /// `IdempotencyLayer` against an axum control that makes one plain store
+    /// round trip per request, from 32 keep-alive connections.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_missing_value = "memory,redis")]
+    http: Option<Vec<String>>,
 
     /// Write a PNG chart of ops/s per store and workload here.
     #[arg(long)]
@@ -260,8 +261,12 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
         measured?;
         finished?;
     }
-    if args.http {
-        http::measure(args.redis_url.as_str(), plan, &mut report).await?;
+    if let Some(backends) = &args.http {
+        let backends: Vec<&str> = backends.iter().map(|b| b.trim()).collect();
+        if let Some(other) = backends.iter().find(|b| !matches!(**b, "memory" | "redis")) {
+            return Err(format!("unknown HTTP backend {other:?}: use memory or redis").into());
+        }
+        http::measure(&backends, args.redis_url.as_str(), plan, &mut report).await?;
     }
     Ok(report)
 }

@@ -91,7 +91,7 @@ impl Report {
 
     /// The whole report as text.
     pub(crate) fn render(&self) -> String {
-        let mut out = String::new();
+        let mut out = String::from(LEGEND);
         let _ = writeln!(
             out,
             "{:<11} {:<10} {:>4}  {:<7} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7}",
@@ -196,6 +196,21 @@ impl Report {
         lines
     }
 }
+
+/// What the rows and columns mean, printed above the table.
+const LEGEND: &str = "\
+rows: raw      the minimal correct protocol by hand (one-round-trip claim, one-round-trip
+               compare-and-set completion), same client and thread model as the store
+      blog     Redis only: SET NX, GET on a duplicate, plain SET to complete (unfenced)
+      raw-1tx  SQLite only: raw with one transaction per operation (no group commit)
+      control  HTTP only: the same axum app without the layer, one plain store call
+      idem     Idempotent::execute (HTTP: IdempotencyLayer), 100-byte body and outcome
+columns: median over repetitions; cpu µs/op = CPU of this process per operation (client,
+      plus the store or server when in-process); rt/op = round trips per operation from the
+      server's counters; ratio = idem ÷ raw (HTTP: ÷ control) by ops/s, median of the
+      per-repetition ratios; (x) = the reference row ÷ raw.
+
+";
 
 /// The median of `a[i] / b[i]` by ops/s over paired repetitions.
 pub(crate) fn paired_ratio(a: &[Summary], b: &[Summary]) -> Option<f64> {

@@ -47,9 +47,11 @@ pub enum Error<E = Infallible> {
     /// `execute_remembering`.
     #[error("an earlier call under this key failed and its failure is remembered: {0}")]
     Remembered(serde_json::Value),
-    /// This caller's lease lapsed and another caller took the key over; its
-    /// outcome stands and this caller's was not recorded.
-    #[error("the lease on this idempotency key was lost to another caller; its outcome stands")]
+    /// The work ran, but this caller no longer held the key when it came to
+    /// record the outcome: its lease lapsed and another caller took the key
+    /// over (whose outcome stands), or the store lost the record (a restarted
+    /// server without persistence). This caller's outcome was not recorded.
+    #[error("the lease on this idempotency key was lost (taken over by another caller, or the record is gone); this call's outcome was not recorded")]
     LeaseLost,
     /// The store failed. `when` says whether the work had run.
     #[error("{}", store_message(*.when))]

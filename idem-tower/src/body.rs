@@ -12,85 +12,64 @@ use http_body_util::{BodyExt, Full};
 /// The error type bodies are boxed with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body the wrapped service receives: the request's own body when it
-/// passes through, or the bytes already read when the request is
-/// protected. Any service taking `Request<B>` for `B: Body<Data = Bytes>`
-/// accepts it, axum's `Router` among them.
-#[derive(Debug)]
-pub struct RequestBody(UnsyncBoxBody<Bytes, BoxError>);
+/// Declares a boxed body newtype: one per direction, so that neither type
+/// names the boxed error in a generic position (which trips rustc's
+/// higher-ranked `Send` checks when the future is spawned).
+macro_rules! boxed_body {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name(UnsyncBoxBody<Bytes, BoxError>);
 
-impl RequestBody {
-    pub(crate) fn new<B>(body: B) -> RequestBody
-    where
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
-        RequestBody(body.map_err(Into::into).boxed_unsync())
-    }
+        impl $name {
+            pub(crate) fn new<B>(body: B) -> $name
+            where
+                B: Body<Data = Bytes> + Send + 'static,
+                B::Error: Into<BoxError>,
+            {
+                $name(body.map_err(Into::into).boxed_unsync())
+            }
 
-    pub(crate) fn full(bytes: Bytes) -> RequestBody {
-        RequestBody::new(Full::new(bytes))
-    }
+            pub(crate) fn full(bytes: Bytes) -> $name {
+                $name::new(Full::new(bytes))
+            }
+        }
+
+        impl Body for $name {
+            type Data = Bytes;
+            type Error = BoxError;
+
+            fn poll_frame(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+                Pin::new(&mut self.0).poll_frame(cx)
+            }
+
+            fn is_end_stream(&self) -> bool {
+                self.0.is_end_stream()
+            }
+
+            fn size_hint(&self) -> SizeHint {
+                self.0.size_hint()
+            }
+        }
+    };
 }
 
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.0).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.0.size_hint()
-    }
+boxed_body! {
+    /// The body the wrapped service receives: the request's own body when it
+    /// passes through, or the bytes already read when the request is
+    /// protected. Any service taking `Request<B>` for `B: Body<Data = Bytes>`
+    /// accepts it, axum's `Router` among them.
+    RequestBody
 }
 
-/// The body every response has: the handler's own body, a recorded body,
-/// or a problem document. It is `Send` and `'static`, so axum turns it into
-/// a response and hyper serves it as it is.
-#[derive(Debug)]
-pub struct ResponseBody(UnsyncBoxBody<Bytes, BoxError>);
-
-impl ResponseBody {
-    pub(crate) fn new<B>(body: B) -> ResponseBody
-    where
-        B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
-    {
-        ResponseBody(body.map_err(Into::into).boxed_unsync())
-    }
-
-    pub(crate) fn full(bytes: Bytes) -> ResponseBody {
-        ResponseBody::new(Full::new(bytes))
-    }
-}
-
-impl Body for ResponseBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.0).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.0.size_hint()
-    }
+boxed_body! {
+    /// The body every response has: the handler's own body, a recorded body,
+    /// or a problem document. It is `Send` and `'static`, so axum turns it into
+    /// a response and hyper serves it as it is.
+    ResponseBody
 }
 
 /// Bytes already read, then the rest of the body they came from.

@@ -3,7 +3,7 @@
 //! first executions and replays at concurrency 1 and 32.
 //!
 //! ```text
-//! cargo run --release -p idem-postgres --example bench
+//! cargo run --release -p idem-postgres --example postgres_bench
 //! ```
 //!
 //! `IDEM_POSTGRES_URL` picks the server, `BENCH_SECS` the length of one

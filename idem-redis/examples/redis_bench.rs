@@ -2,7 +2,7 @@
 //! Redis connection: first executions and replays at concurrency 1 and 32.
 //!
 //! ```text
-//! cargo run --release -p idem-redis --example bench
+//! cargo run --release -p idem-redis --example redis_bench
 //! ```
 //!
 //! Three contenders, alternating in slices so that load from other

@@ -3,7 +3,7 @@
 //! 1 and 32, with group commit off (`plain`) and on (`group`).
 //!
 //! ```text
-//! cargo run --release -p idem-sqlite --example bench -- [--secs 1] [--runs 3] [--sync full|normal|both] [--conc N]
+//! cargo run --release -p idem-sqlite --example sqlite_bench -- [--secs 1] [--runs 3] [--sync full|normal|both] [--conc N]
 //! ```
 //!
 //! The raw protocol is the bare claim statement (and, for a replay, the
