@@ -65,19 +65,23 @@ impl Store for Flaky {
     }
 }
 
+/// Runs a work that counts itself and returns 1.
+async fn counted(idem: &Idempotent, runs: &Runs) -> Result<u8, Error<String>> {
+    let runs = runs.clone();
+    idem.execute("k", "b", || async move {
+        runs.hit();
+        Ok(1)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_failed_claim_says_the_work_did_not_run() {
     let store = std::sync::Arc::new(Flaky::default());
     store.claims_fail.store(true, Ordering::SeqCst);
     let idem = Idempotent::new(store.clone());
     let runs = Runs::default();
-    let r = runs.clone();
-    let out: Result<u8, Error<String>> = idem
-        .execute("k", "b", || async move {
-            r.hit();
-            Ok(1)
-        })
-        .await;
+    let out = counted(&idem, &runs).await;
     match out {
         Err(
             ref e @ Error::Store {
@@ -101,13 +105,7 @@ async fn a_failed_completion_says_the_work_ran_and_keeps_the_key_claimed() {
     store.writes_fail.store(true, Ordering::SeqCst);
     let idem = Idempotent::new(store.clone());
     let runs = Runs::default();
-    let r = runs.clone();
-    let out: Result<u8, Error<String>> = idem
-        .execute("k", "b", || async move {
-            r.hit();
-            Ok(1)
-        })
-        .await;
+    let out = counted(&idem, &runs).await;
     assert!(
         matches!(out, Err(ref e @ Error::Store { when: When::AfterWork, .. }) if e.work_ran()),
         "{out:?}"
