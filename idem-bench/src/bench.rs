@@ -27,6 +27,10 @@ pub(crate) enum Kind {
     /// The raw protocol with one transaction per operation (SQLite only):
     /// what group commit is measured against.
     Single,
+    /// The raw protocol whose claim also reads the key's time to live in
+    /// the same `MULTI … EXEC` (Redis only): what a store pays to report
+    /// the lease left on the server's clock in the claim's one round trip.
+    Timed,
     /// The HTTP control: the same app without the layer, its handler making
     /// one plain store round trip. The HTTP rows' baseline.
     Control,
@@ -40,6 +44,7 @@ impl Kind {
             Kind::Raw => "raw",
             Kind::Blog => "blog",
             Kind::Single => "raw-1tx",
+            Kind::Timed => "raw-ttl",
             Kind::Control => "control",
             Kind::Idem => "idem",
         }

@@ -21,6 +21,7 @@ fn color(kind: Kind) -> RGBColor {
         Kind::Control => RGBColor(150, 150, 150),
         Kind::Blog => RGBColor(230, 150, 60),
         Kind::Single => RGBColor(110, 170, 110),
+        Kind::Timed => RGBColor(110, 110, 110),
         Kind::Idem => RGBColor(40, 100, 200),
     }
 }

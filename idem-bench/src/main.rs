@@ -98,7 +98,7 @@ struct Args {
     #[arg(long)]
     replay_keys: Option<u64>,
 
-    /// Rows to run, comma-separated: raw, blog, raw-1tx, control, idem (all
+    /// Rows to run, comma-separated: raw, blog, raw-1tx, raw-ttl, control, idem (all
     /// by default). Handy for profiling one row alone; ratios need both
     /// idem and its baseline.
     #[arg(long, value_delimiter = ',')]
@@ -132,6 +132,7 @@ impl Args {
                 Kind::Raw,
                 Kind::Blog,
                 Kind::Single,
+                Kind::Timed,
                 Kind::Control,
                 Kind::Idem,
             ]

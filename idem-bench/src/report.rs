@@ -110,7 +110,7 @@ impl Report {
         for row in &self.rows {
             let ratio = match row.kind {
                 Kind::Idem => self.ratio(row).map(|r| format!("{r:.2}")),
-                Kind::Blog | Kind::Single => self
+                Kind::Blog | Kind::Single | Kind::Timed => self
                     .peer(row, Kind::Raw)
                     .and_then(|raw| paired_ratio(&row.reps, &raw.reps))
                     .map(|r| format!("({r:.2})")),
@@ -181,6 +181,17 @@ impl Report {
                 ));
             }
         }
+        for row in self.rows.iter().filter(|r| r.kind == Kind::Idem) {
+            let timed = self.peer(row, Kind::Timed);
+            if let Some(r) = timed.and_then(|t| paired_ratio(&row.reps, &t.reps)) {
+                lines.push(format!(
+                    "ratio-ttl {} {} c{} {r:.3}",
+                    row.store,
+                    row.workload.name(),
+                    row.concurrency
+                ));
+            }
+        }
         for row in &self.rows {
             if let Some(rt) = row.round_trips {
                 lines.push(format!(
@@ -203,12 +214,15 @@ rows: raw      the minimal correct protocol by hand (one-round-trip claim, one-r
                compare-and-set completion), same client and thread model as the store
       blog     Redis only: SET NX, GET on a duplicate, plain SET to complete (unfenced)
       raw-1tx  SQLite only: raw with one transaction per operation (no group commit)
+      raw-ttl  Redis only: raw whose claim also reads PTTL in the same MULTI ... EXEC,
+               as a claim must to report the lease left on the server's clock
       control  HTTP only: the same axum app without the layer, one plain store call
       idem     Idempotent::execute (HTTP: IdempotencyLayer), 100-byte body and outcome
 columns: median over repetitions; cpu µs/op = CPU of this process per operation (client,
       plus the store or server when in-process); rt/op = round trips per operation from the
       server's counters; ratio = idem ÷ raw (HTTP: ÷ control) by ops/s, median of the
-      per-repetition ratios; (x) = the reference row ÷ raw.
+      per-repetition ratios; (x) = the reference row ÷ raw; ratio-ttl lines = idem ÷
+      raw-ttl.
 
 ";
 
@@ -266,6 +280,39 @@ mod tests {
         let raw = [s(100.0), s(100.0), s(100.0)];
         assert_eq!(paired_ratio(&idem, &raw), Some(0.9));
         assert_eq!(paired_ratio(&idem, &[]), None);
+    }
+
+    fn row(kind: Kind, ops: [f64; 3]) -> Row {
+        Row {
+            store: "redis",
+            workload: Workload::Replay,
+            concurrency: 32,
+            kind,
+            summary: s(ops[1]),
+            reps: ops.into_iter().map(s).collect(),
+            tally: Tally::default(),
+            round_trips: Some(1.0),
+            breakdown: None,
+            first_error: None,
+            cpu_us: None,
+        }
+    }
+
+    #[test]
+    fn idem_is_compared_with_raw_and_with_the_timed_claim() {
+        let report = Report {
+            rows: vec![
+                row(Kind::Raw, [200.0, 200.0, 200.0]),
+                row(Kind::Timed, [100.0, 140.0, 120.0]),
+                row(Kind::Idem, [100.0, 120.0, 120.0]),
+            ],
+            ..Report::default()
+        };
+        let lines = report.machine_lines();
+        assert_eq!(lines[0], "ratio redis replay c32 0.600");
+        assert_eq!(lines[1], "ratio-ttl redis replay c32 1.000");
+        let table = report.render();
+        assert!(table.contains("raw-ttl") && table.contains("(0.60)"), "{table}");
     }
 
     #[test]

@@ -42,6 +42,15 @@ where
     }
 }
 
+/// A command `name` with room for `args` more arguments of `bytes` in all,
+/// built without growing its buffers: on the replay path every allocation
+/// shows.
+pub(crate) fn command(name: &str, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(args + 1, name.len() + bytes);
+    cmd.arg(name);
+    cmd
+}
+
 /// Whether the server refused a command (alone or in a transaction)
 /// because the key holds another type than a string.
 pub(crate) fn is_wrong_type(error: &redis::RedisError) -> bool {
@@ -66,9 +75,10 @@ impl Script {
         Script { code, sha }
     }
 
-    /// An `EVALSHA` of this script on one key; the caller adds `ARGV`.
-    pub(crate) fn call(&self, key: &[u8]) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+    /// An `EVALSHA` of this script on one key; the caller adds `ARGV`, up
+    /// to `argv_bytes` long.
+    pub(crate) fn call(&self, key: &[u8], argv_bytes: usize) -> Cmd {
+        let mut cmd = command("EVALSHA", 6, self.sha.len() + key.len() + argv_bytes + 8);
         cmd.arg(&self.sha).arg(1).arg(key);
         cmd
     }

@@ -7,11 +7,11 @@
 //! script each.
 
 use async_trait::async_trait;
-use redis::{Cmd, RedisError, Value};
+use redis::{Cmd, Pipeline, RedisError, Value};
 
 use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
 
-use crate::connection::{is_wrong_type, Script};
+use crate::connection::{command, is_wrong_type, Script};
 use crate::record::{self, Encoded, BACKEND};
 use crate::scripts::SCRIPTS;
 use crate::RedisStore;
@@ -28,8 +28,10 @@ impl RedisStore {
     /// Runs `first` and then `PTTL` on `key` in one transaction and decodes
     /// what `first` found: `None` when it found no value.
     async fn read_with_ttl(&self, key: &[u8], first: Cmd) -> Result<Option<Record>, StoreError> {
-        let mut transaction = redis::pipe();
-        transaction.atomic().add_command(first).cmd("PTTL").arg(key);
+        let mut pttl = command("PTTL", 1, key.len());
+        pttl.arg(key);
+        let mut transaction = Pipeline::with_capacity(2);
+        transaction.atomic().add_command(first).add_command(pttl);
         let reply = self
             .connection
             .transaction(&transaction)
@@ -57,10 +59,10 @@ impl RedisStore {
         record: Option<&NewRecord<'_>>,
         expected: Token,
     ) -> Result<bool, StoreError> {
-        let mut call = script.call(key);
-        if let Some(record) = record {
-            let encoded = Encoded::new(record);
-            call.arg(&encoded).arg(encoded.retention_ms);
+        let encoded = record.map(Encoded::new);
+        let mut call = script.call(key, encoded.as_ref().map_or(0, Encoded::len) + 40);
+        if let Some(encoded) = &encoded {
+            call.arg(encoded).arg(encoded.retention_ms);
         }
         call.arg(&expected.as_bytes()[..]);
         let reply = script
@@ -98,7 +100,7 @@ impl Store for RedisStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         let key = self.redis_key(key);
         let encoded = Encoded::new(record);
-        let mut set = redis::cmd("SET");
+        let mut set = command("SET", 6, key.len() + encoded.len() + 16);
         set.arg(&key)
             .arg(&encoded)
             .arg("NX")
@@ -145,7 +147,7 @@ impl Store for RedisStore {
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let key = self.redis_key(key);
-        let mut get = redis::cmd("GET");
+        let mut get = command("GET", 1, key.len());
         get.arg(&key);
         self.read_with_ttl(&key, get).await
     }

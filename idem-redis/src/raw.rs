@@ -168,7 +168,7 @@ impl RawProtocol {
             payload,
         ]
         .concat();
-        let mut call = COMPLETE.call(&self.key(key));
+        let mut call = COMPLETE.call(&self.key(key), value.len() + 40);
         call.arg(&token.as_bytes()[..])
             .arg(value)
             .arg(retention.as_millis().max(1) as u64);

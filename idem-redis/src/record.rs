@@ -75,6 +75,13 @@ impl<'a> Encoded<'a> {
     }
 }
 
+impl Encoded<'_> {
+    /// The value's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        HEAD + self.lease_offset.map_or(0, |_| LEASE_OFFSET) + self.payload.len()
+    }
+}
+
 impl ToRedisArgs for Encoded<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         let mut arg = out.writer_for_next_arg();

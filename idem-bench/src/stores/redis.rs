@@ -167,11 +167,8 @@ impl Bench for RedisBench {
     }
 
     fn contestants(&self) -> Vec<Contestant> {
-        let raw: Arc<dyn Protocol> = Arc::new(Raw {
-            protocol: RawProtocol::new(&self.store),
-            fingerprint: fixture::fingerprint(),
-            payload: fixture::outcome_payload(),
-        });
+        let raw: Arc<dyn Protocol> = Arc::new(Raw::new(&self.store, false));
+        let timed: Arc<dyn Protocol> = Arc::new(Raw::new(&self.store, true));
         let blog: Arc<dyn Protocol> = Arc::new(Blog {
             connection: self.shared.clone(),
             prefix: self.prefix.clone(),
@@ -189,6 +186,13 @@ impl Bench for RedisBench {
                 // time, or the row reports errors), so top-level commands
                 // are SETs less inner SETs plus EVALSHAs: the SETs.
                 round_trips: |d| count(d, &["set"]),
+            },
+            Contestant {
+                kind: Kind::Timed,
+                make: Box::new(move || timed.clone()),
+                fresh: false,
+                // One EXEC per claim, one EVALSHA per completion.
+                round_trips: |d| count(d, &["exec", "evalsha"]),
             },
             Contestant {
                 kind: Kind::Blog,
@@ -269,17 +273,39 @@ fn parse_commandstats(info: &str) -> Counters {
 pub(crate) const SERVER_CPU: &str = "server-cpu-µs";
 
 /// The raw protocol: `SET NX GET` to claim, a compare-and-set script to
-/// complete (the helper idem-redis keeps for this comparison).
+/// complete (the helper idem-redis keeps for this comparison); `timed`,
+/// the claim also reads `PTTL` in the same transaction.
 struct Raw {
     protocol: RawProtocol,
+    timed: bool,
     fingerprint: idem_core::Fingerprint,
     payload: Vec<u8>,
+}
+
+impl Raw {
+    fn new(store: &RedisStore, timed: bool) -> Raw {
+        Raw {
+            protocol: RawProtocol::new(store),
+            timed,
+            fingerprint: fixture::fingerprint(),
+            payload: fixture::outcome_payload(),
+        }
+    }
 }
 
 #[async_trait]
 impl Protocol for Raw {
     async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
-        match self.protocol.claim(key, &self.fingerprint, LEASE).await? {
+        let claim = if self.timed {
+            let (claim, _ttl) = self
+                .protocol
+                .claim_with_ttl(key, &self.fingerprint, LEASE)
+                .await?;
+            claim
+        } else {
+            self.protocol.claim(key, &self.fingerprint, LEASE).await?
+        };
+        match claim {
             RawClaim::Claimed(token) => {
                 let done = self
                     .protocol
