@@ -134,7 +134,7 @@ where
         )?;
         // The legend sits on the caption's line, clear of every bar.
         let (w, _) = area.dim_in_pixel();
-        let x = w as i32 - 110 * (kinds.len() - k) as i32;
+        let x = w as i32 - 80 * (kinds.len() - k) as i32;
         area.draw(&Rectangle::new([(x, 10), (x + 14, 24)], fill.filled()))?;
         area.draw(&Text::new(kind.name(), (x + 20, 10), (FONT, 14)))?;
         chart.draw_series(bars.iter().map(|&(l, r, v)| {

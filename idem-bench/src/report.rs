@@ -312,7 +312,10 @@ mod tests {
         assert_eq!(lines[0], "ratio redis replay c32 0.600");
         assert_eq!(lines[1], "ratio-ttl redis replay c32 1.000");
         let table = report.render();
-        assert!(table.contains("raw-ttl") && table.contains("(0.60)"), "{table}");
+        assert!(
+            table.contains("raw-ttl") && table.contains("(0.60)"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -30,6 +30,16 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   `take_over` and `remove` are compare-and-sets on the token, one Lua
 ///   script each, called by SHA-1 (`EVALSHA`). A server that lost its
 ///   script cache (a restart) gets the script loaded again on first use.
+/// * **Why the claim reads `PTTL`.** A claim that finds a record in flight
+///   must tell, in its one round trip, whether the owner's lease has lapsed
+///   (then the key is taken over) and how long it has left (the caller's
+///   `InProgress { retry_after }`, an HTTP `Retry-After`), on the server's
+///   clock. `SET … NX GET` returns the value alone, and no plain command
+///   returns a value together with its key's time to live, so the claim
+///   reads `PTTL` in the same transaction. That read is what this store
+///   costs over a hand-written claim that cannot report time left:
+///   `idem-bench` measures it apart (its `raw-ttl` row), and `execute` runs
+///   within a few per cent of that row (see `BENCHMARKS.md`).
 /// * **The server's clock.** Retention is the key's own expiry, set from a
 ///   duration with `PX`, so Redis forgets outcomes by itself; the lease
 ///   deadline is kept as milliseconds before that expiry, so the lease left
