@@ -1,5 +1,6 @@
 //! Fingerprints: SHA-256 of what a request means.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::io;
 
@@ -22,21 +23,19 @@ impl Fingerprint {
     /// Fails only when `body` cannot be represented as JSON (for example a
     /// map whose keys are not strings or numbers).
     ///
-    /// Most bodies are hashed in one pass: `body` is written as compact JSON
-    /// while a check follows every object's keys, and when they come out
-    /// already sorted (a struct whose fields are declared in name order, a
-    /// `BTreeMap`, a `serde_json::Value`) those bytes *are* the canonical
-    /// form. Anything else (keys out of order, a key that needs escaping or
-    /// is not a string, `f32`, 128-bit integers, raw JSON) goes through
-    /// [`serde_json::Value`], which sorts. Both paths give the same bytes for
-    /// the same body; only the time differs.
+    /// Most bodies are written in their canonical form in one pass: compact
+    /// JSON, with each object whose keys come out of order (a struct's
+    /// fields, a `HashMap`) rewritten in key order as it closes. A body
+    /// with a key that needs escaping or is not a string, a key written
+    /// twice, an `f32`, a 128-bit integer or raw JSON goes through
+    /// [`serde_json::Value`] instead. Both paths give the same bytes for the
+    /// same body; only the time differs.
     pub fn of_json<T: Serialize + ?Sized>(body: &T) -> Result<Fingerprint, serde_json::Error> {
-        let mut canonical = Vec::with_capacity(256);
-        if !write_if_sorted(&mut canonical, body) {
-            canonical.clear();
-            write_canonical(&mut canonical, &serde_json::to_value(body)?)?;
-        }
-        Ok(Fingerprint::of_bytes(&canonical))
+        BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
+            Ok(mut buffers) => buffers.fingerprint(body),
+            // A body whose `Serialize` fingerprints another body.
+            Err(_) => Buffers::default().fingerprint(body),
+        })
     }
 
     /// Hashes raw bytes as they are.
@@ -80,50 +79,178 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-/// Writes `body` as compact JSON into `out` and reports whether that is
-/// its canonical form; `false` (with `out` holding a partial write) when
-/// the sorting path must decide.
-fn write_if_sorted<T: Serialize + ?Sized>(out: &mut Vec<u8>, body: &T) -> bool {
-    let mut serializer = serde_json::Serializer::with_formatter(out, SortedKeys::default());
-    body.serialize(&mut serializer).is_ok()
+thread_local! {
+    /// Each thread's buffers for [`Fingerprint::of_json`], kept between
+    /// calls so that hashing a body allocates nothing once they have grown.
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
-/// A compact JSON formatter that refuses, with an I/O error that stops the
-/// write, anything whose bytes the sorting path would write differently:
-/// an object key not strictly after the one before it at the same depth
-/// (out of order or repeated), a key that needs escaping or is not a plain
-/// string, and the values `serde_json::Value` would change (`f32` widens to
-/// `f64`, 128-bit integers and raw JSON fragments).
+/// Buffers larger than this are let go after the call that grew them.
+const KEPT_BYTES: usize = 64 * 1024;
+
 #[derive(Default)]
-struct SortedKeys {
-    /// One entry per object depth ever reached, reused: whether the open
-    /// object at that depth has a key yet, and its last key.
-    last: Vec<(bool, Vec<u8>)>,
-    /// How many objects are open.
-    open: usize,
-    /// The key being written, while `in_key`.
-    key: Vec<u8>,
+struct Buffers {
+    /// The canonical form.
+    out: Vec<u8>,
+    /// The open objects, outermost first.
+    objects: Vec<Object>,
+    /// The entries of the open objects, each object's after its parent's.
+    entries: Vec<Entry>,
+    /// An object's entries in key order, each with where it ends.
+    order: Vec<(Entry, usize)>,
+    /// Room to rewrite an object in order.
+    scratch: Vec<u8>,
+}
+
+impl Buffers {
+    fn fingerprint<T: Serialize + ?Sized>(
+        &mut self,
+        body: &T,
+    ) -> Result<Fingerprint, serde_json::Error> {
+        if !self.write_in_one_pass(body) {
+            self.out.clear();
+            write_canonical(&mut self.out, &serde_json::to_value(body)?)?;
+        }
+        let fingerprint = Fingerprint::of_bytes(&self.out);
+        if self.out.capacity() > KEPT_BYTES || self.scratch.capacity() > KEPT_BYTES {
+            *self = Buffers::default();
+        }
+        Ok(fingerprint)
+    }
+
+    /// Writes the canonical form of `body` into `out` in one pass and
+    /// reports whether it could; `false` (with `out` holding a partial
+    /// write) when the `serde_json::Value` path must decide.
+    fn write_in_one_pass<T: Serialize + ?Sized>(&mut self, body: &T) -> bool {
+        self.out.clear();
+        self.objects.clear();
+        self.entries.clear();
+        let mut canonical = Canonical {
+            buffers: self,
+            in_key: false,
+        };
+        // Every byte goes to `out` through the formatter; the serializer's
+        // own writer is never written to.
+        let mut serializer = serde_json::Serializer::with_formatter(io::sink(), &mut canonical);
+        body.serialize(&mut serializer).is_ok()
+    }
+}
+
+/// A compact JSON formatter that writes the canonical form itself: each
+/// object's entries are noted as they are written, and an object whose
+/// keys came out of order is rewritten in order once it closes (its nested
+/// objects already canonical). It refuses, with an I/O error that stops
+/// the write, whatever the `Value` path would write differently or reject:
+/// a key written twice in one object, a key that needs escaping or is not
+/// a plain string, and the values `Value` changes (`f32` widens to `f64`,
+/// 128-bit integers, raw JSON fragments).
+struct Canonical<'a> {
+    buffers: &'a mut Buffers,
     in_key: bool,
 }
 
-fn unsorted() -> io::Error {
-    io::Error::other("not in canonical order")
+struct Object {
+    /// Its first entry in `entries`.
+    first: usize,
+    /// Whether its keys came in strictly increasing order so far.
+    sorted: bool,
 }
 
-/// Compact output for a scalar, refused inside a key (the sorting path
+/// `"key":value` in `out`: from its opening quote; its key's bytes are
+/// `start + 1 .. key_end`.
+#[derive(Clone, Copy)]
+struct Entry {
+    start: usize,
+    key_end: usize,
+}
+
+fn refused() -> io::Error {
+    io::Error::other("not written in one pass")
+}
+
+impl Buffers {
+    fn key(&self, entry: Entry) -> &[u8] {
+        key(&self.out, entry)
+    }
+
+    /// Rewrites the entries of the object that just closed in key order,
+    /// or refuses a key written twice.
+    fn sort_entries(&mut self, first: usize) -> io::Result<()> {
+        let Buffers {
+            out,
+            entries,
+            order,
+            scratch,
+            ..
+        } = self;
+        let entries = &entries[first..];
+        let Some(content) = entries.first().map(|entry| entry.start) else {
+            return Ok(());
+        };
+        order.clear();
+        order.extend(entries.iter().enumerate().map(|(i, &entry)| {
+            // Each entry ends at the comma before the next, or at the end
+            // of the object's content.
+            let end = entries.get(i + 1).map_or(out.len(), |next| next.start - 1);
+            (entry, end)
+        }));
+        order.sort_unstable_by(|a, b| key(out, a.0).cmp(key(out, b.0)));
+        if order
+            .windows(2)
+            .any(|w| key(out, w[0].0) == key(out, w[1].0))
+        {
+            return Err(refused());
+        }
+        scratch.clear();
+        for (i, &(entry, end)) in order.iter().enumerate() {
+            if i > 0 {
+                scratch.push(b',');
+            }
+            scratch.extend_from_slice(&out[entry.start..end]);
+        }
+        out.truncate(content);
+        out.extend_from_slice(scratch);
+        Ok(())
+    }
+}
+
+fn key(out: &[u8], entry: Entry) -> &[u8] {
+    &out[entry.start + 1..entry.key_end]
+}
+
+/// Compact output for a scalar, refused inside a key (the `Value` path
 /// writes non-string keys its own way).
 macro_rules! scalar {
     ($($method:ident($($ty:ty)?)),* $(,)?) => {$(
-        fn $method<W: ?Sized + io::Write>(&mut self, writer: &mut W $(, value: $ty)?) -> io::Result<()> {
+        fn $method<W: ?Sized + io::Write>(&mut self, _: &mut W $(, value: $ty)?) -> io::Result<()> {
             if self.in_key {
-                return Err(unsorted());
+                return Err(refused());
             }
-            CompactFormatter.$method(writer $(, value as $ty)?)
+            CompactFormatter.$method(&mut self.buffers.out $(, value as $ty)?)
         }
     )*};
 }
 
-impl Formatter for SortedKeys {
+/// Refused wherever it comes.
+macro_rules! refuse {
+    ($($method:ident($ty:ty)),* $(,)?) => {$(
+        fn $method<W: ?Sized + io::Write>(&mut self, _: &mut W, _: $ty) -> io::Result<()> {
+            Err(refused())
+        }
+    )*};
+}
+
+/// Written as they are.
+macro_rules! punctuation {
+    ($($method:ident($($first:ident)?) => $bytes:expr),* $(,)?) => {$(
+        fn $method<W: ?Sized + io::Write>(&mut self, _: &mut W $(, $first: bool)?) -> io::Result<()> {
+            self.buffers.out.extend_from_slice($bytes);
+            Ok(())
+        }
+    )*};
+}
+
+impl Formatter for &mut Canonical<'_> {
     scalar!(
         write_null(),
         write_bool(bool),
@@ -138,83 +265,100 @@ impl Formatter for SortedKeys {
         write_f64(f64),
     );
 
-    fn write_f32<W: ?Sized + io::Write>(&mut self, _: &mut W, _: f32) -> io::Result<()> {
-        Err(unsorted())
-    }
+    refuse!(
+        write_f32(f32),
+        write_i128(i128),
+        write_u128(u128),
+        write_number_str(&str),
+        write_raw_fragment(&str),
+    );
 
-    fn write_i128<W: ?Sized + io::Write>(&mut self, _: &mut W, _: i128) -> io::Result<()> {
-        Err(unsorted())
-    }
-
-    fn write_u128<W: ?Sized + io::Write>(&mut self, _: &mut W, _: u128) -> io::Result<()> {
-        Err(unsorted())
-    }
-
-    fn write_number_str<W: ?Sized + io::Write>(&mut self, _: &mut W, _: &str) -> io::Result<()> {
-        Err(unsorted())
-    }
-
-    fn write_raw_fragment<W: ?Sized + io::Write>(&mut self, _: &mut W, _: &str) -> io::Result<()> {
-        Err(unsorted())
-    }
+    punctuation!(
+        begin_string() => b"\"",
+        end_string() => b"\"",
+        begin_array() => b"[",
+        end_array() => b"]",
+        begin_array_value(first) => if first { b"" } else { b"," },
+        end_array_value() => b"",
+        begin_object_value() => b":",
+        end_object_value() => b"",
+    );
 
     fn write_string_fragment<W: ?Sized + io::Write>(
         &mut self,
-        writer: &mut W,
+        _: &mut W,
         fragment: &str,
     ) -> io::Result<()> {
-        if self.in_key {
-            self.key.extend_from_slice(fragment.as_bytes());
-        }
-        writer.write_all(fragment.as_bytes())
+        self.buffers.out.extend_from_slice(fragment.as_bytes());
+        Ok(())
     }
 
     fn write_char_escape<W: ?Sized + io::Write>(
         &mut self,
-        writer: &mut W,
+        _: &mut W,
         escape: CharEscape,
     ) -> io::Result<()> {
         if self.in_key {
-            return Err(unsorted());
+            // Escaped bytes sort differently from the characters they stand
+            // for.
+            return Err(refused());
         }
-        CompactFormatter.write_char_escape(writer, escape)
+        CompactFormatter.write_char_escape(&mut self.buffers.out, escape)
     }
 
-    fn begin_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        match self.last.get_mut(self.open) {
-            Some(depth) => depth.0 = false,
-            None => self.last.push((false, Vec::new())),
-        }
-        self.open += 1;
-        writer.write_all(b"{")
+    fn begin_object<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.buffers.objects.push(Object {
+            first: self.buffers.entries.len(),
+            sorted: true,
+        });
+        self.buffers.out.push(b'{');
+        Ok(())
     }
 
-    fn end_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.open -= 1;
-        writer.write_all(b"}")
+    fn end_object<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        let object = self.buffers.objects.pop().ok_or_else(refused)?;
+        if !object.sorted {
+            self.buffers.sort_entries(object.first)?;
+        }
+        self.buffers.entries.truncate(object.first);
+        self.buffers.out.push(b'}');
+        Ok(())
     }
 
     fn begin_object_key<W: ?Sized + io::Write>(
         &mut self,
-        writer: &mut W,
+        _: &mut W,
         first: bool,
     ) -> io::Result<()> {
+        if !first {
+            self.buffers.out.push(b',');
+        }
         self.in_key = true;
-        self.key.clear();
-        CompactFormatter.begin_object_key(writer, first)
+        self.buffers.entries.push(Entry {
+            start: self.buffers.out.len(),
+            key_end: 0,
+        });
+        Ok(())
     }
 
     fn end_object_key<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
         self.in_key = false;
-        let Some((has_key, last)) = self.open.checked_sub(1).and_then(|d| self.last.get_mut(d))
-        else {
-            return Err(unsorted());
-        };
-        if *has_key && self.key <= *last {
-            return Err(unsorted());
+        let object = self.buffers.objects.last().ok_or_else(refused)?;
+        let index = self.buffers.entries.len() - 1;
+        // The key's bytes end before its closing quote.
+        self.buffers.entries[index].key_end = self.buffers.out.len() - 1;
+        if object.sorted && index > object.first {
+            let (last, this) = (self.buffers.entries[index - 1], self.buffers.entries[index]);
+            match self.buffers.key(this).cmp(self.buffers.key(last)) {
+                std::cmp::Ordering::Greater => {}
+                std::cmp::Ordering::Equal => return Err(refused()),
+                std::cmp::Ordering::Less => {
+                    if let Some(object) = self.buffers.objects.last_mut() {
+                        object.sorted = false;
+                    }
+                }
+            }
         }
-        *has_key = true;
-        std::mem::swap(last, &mut self.key);
         Ok(())
     }
 }
@@ -308,7 +452,7 @@ mod tests {
     }
 
     fn one_pass(body: &(impl Serialize + ?Sized)) -> bool {
-        write_if_sorted(&mut Vec::new(), body)
+        Buffers::default().write_in_one_pass(body)
     }
 
     fn same_as_sorted(body: &(impl Serialize + ?Sized)) {
@@ -362,6 +506,18 @@ mod tests {
 
     struct Bytes(&'static [u8]);
 
+    /// A body whose serialization fingerprints another body, on the same
+    /// thread, while the outer call holds that thread's buffers.
+    struct Reentrant;
+
+    impl Serialize for Reentrant {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let inner = Fingerprint::of_json(&json!({"b": 1, "a": [2]}))
+                .map_err(serde::ser::Error::custom)?;
+            s.collect_str(&inner)
+        }
+    }
+
     impl Serialize for Bytes {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             s.serialize_bytes(self.0)
@@ -369,7 +525,7 @@ mod tests {
     }
 
     #[test]
-    fn sorted_bodies_take_one_pass_and_others_do_not() {
+    fn plain_bodies_take_one_pass_and_others_do_not() {
         let sorted_struct = InNameOrder {
             amount: 1250,
             currency: "EUR",
@@ -386,11 +542,16 @@ mod tests {
             ("a", 1),
             ("b", 2)
         ])));
-        assert!(!one_pass(&OutOfOrder {
+        assert!(one_pass(&OutOfOrder {
             zeta: 1,
             alpha: None,
             mid: ()
         }));
+        assert!(one_pass(&std::collections::HashMap::from([
+            ("b", json!({"y": 1, "x": [{"q": 1, "p": 2}]})),
+            ("a", json!(null)),
+            ("c", json!([])),
+        ])));
         assert!(!one_pass(&json!({"a\"b": 1})), "an escaped key");
         assert!(
             !one_pass(&std::collections::BTreeMap::from([(1, 1)])),
@@ -435,6 +596,14 @@ mod tests {
         same_as_sorted(&std::collections::BTreeMap::from([(true, 1)]));
         same_as_sorted(&std::collections::BTreeMap::from([("b\u{1}", 1), ("b", 2)]));
         same_as_sorted(&json!({"": {}, "a": [], "é": "", "\u{7f}": [{}]}));
+        same_as_sorted(&vec![Reentrant, Reentrant]);
+        // Larger than the buffers a thread keeps, then small again.
+        same_as_sorted(&json!({"z": "x".repeat(KEPT_BYTES * 2), "a": 1}));
+        same_as_sorted(&OutOfOrder {
+            zeta: 2,
+            alpha: None,
+            mid: (),
+        });
     }
 
     fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
@@ -464,6 +633,15 @@ mod tests {
         }
 
         #[test]
+        fn objects_written_in_any_order_hash_the_same_on_both_paths(body in any_written()) {
+            match (Fingerprint::of_json(&body), sorted(&body)) {
+                (Ok(a), Ok(b)) => proptest::prop_assert_eq!(a, b),
+                (Err(_), Err(_)) => {}
+                (a, b) => proptest::prop_assert!(false, "paths disagree: {:?} / {:?}", a, b),
+            }
+        }
+
+        #[test]
         fn generated_maps_hash_the_same_in_any_order(
             entries in proptest::collection::vec((any_key(), proptest::prelude::any::<i32>()), 0..12),
         ) {
@@ -473,6 +651,50 @@ mod tests {
             proptest::prop_assert_eq!(Fingerprint::of_json(&hashed)?, expected);
             proptest::prop_assert_eq!(Fingerprint::of_json(&ordered)?, expected);
         }
+    }
+
+    /// An object written in the order it was built, at every depth.
+    #[derive(Debug, Clone)]
+    enum Written {
+        Leaf(Value),
+        List(Vec<Written>),
+        Object(Vec<(String, Written)>),
+    }
+
+    impl Serialize for Written {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::{SerializeMap, SerializeSeq};
+            match self {
+                Written::Leaf(value) => value.serialize(s),
+                Written::List(items) => {
+                    let mut seq = s.serialize_seq(Some(items.len()))?;
+                    items
+                        .iter()
+                        .try_for_each(|item| seq.serialize_element(item))?;
+                    seq.end()
+                }
+                Written::Object(entries) => {
+                    let mut map = s.serialize_map(Some(entries.len()))?;
+                    for (key, value) in entries {
+                        map.serialize_entry(key, value)?;
+                    }
+                    map.end()
+                }
+            }
+        }
+    }
+
+    fn any_written() -> impl proptest::strategy::Strategy<Value = Written> {
+        use proptest::prelude::*;
+        let key = prop_oneof![6 => "[a-d]{0,2}", 1 => any::<String>()];
+        any_json()
+            .prop_map(Written::Leaf)
+            .prop_recursive(4, 48, 6, move |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..5).prop_map(Written::List),
+                    proptest::collection::vec((key.clone(), inner), 0..7).prop_map(Written::Object),
+                ]
+            })
     }
 
     fn any_key() -> impl proptest::strategy::Strategy<Value = String> {
