@@ -39,7 +39,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   reads `PTTL` in the same transaction. That read is what this store
 ///   costs over a hand-written claim that cannot report time left:
 ///   `idem-bench` measures it apart (its `raw-ttl` row), and `execute` runs
-///   within a few per cent of that row (see `BENCHMARKS.md`).
+///   at 0.9–1.1× that row (see `BENCHMARKS.md`).
 /// * **The server's clock.** Retention is the key's own expiry, set from a
 ///   duration with `PX`, so Redis forgets outcomes by itself; the lease
 ///   deadline is kept as milliseconds before that expiry, so the lease left
