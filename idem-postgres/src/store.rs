@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
-use sqlx::postgres::{PgPool, PgQueryResult};
+use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, Postgres};
+use sqlx::query::Query;
 use sqlx::Row;
 
 use crate::row::{error, interval, record};
@@ -136,15 +137,8 @@ impl PostgresStore {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
-        let done: PgQueryResult = sqlx::query(sql)
-            .bind(key)
-            .bind(&expected.as_bytes()[..])
-            .bind(&record.token.as_bytes()[..])
-            .bind(&record.fingerprint.as_bytes()[..])
-            .bind(i16::from(record.state.as_u8()))
-            .bind(record.payload)
-            .bind(record.lease.map(interval))
-            .bind(interval(record.retention))
+        let query = sqlx::query(sql).bind(key).bind(&expected.as_bytes()[..]);
+        let done: PgQueryResult = bind_record(query, record)
             .execute(&self.pool)
             .await
             .map_err(error)?;
@@ -152,17 +146,26 @@ impl PostgresStore {
     }
 }
 
+/// Binds a record's columns, in the order every writing statement takes
+/// them after its key (and expected token): token, fingerprint, state,
+/// payload, lease, retention.
+fn bind_record<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    record: &'q NewRecord<'q>,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(&record.token.as_bytes()[..])
+        .bind(&record.fingerprint.as_bytes()[..])
+        .bind(i16::from(record.state.as_u8()))
+        .bind(record.payload)
+        .bind(record.lease.map(interval))
+        .bind(interval(record.retention))
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
-        let row = sqlx::query(&self.sql.insert)
-            .bind(key)
-            .bind(&record.token.as_bytes()[..])
-            .bind(&record.fingerprint.as_bytes()[..])
-            .bind(i16::from(record.state.as_u8()))
-            .bind(record.payload)
-            .bind(record.lease.map(interval))
-            .bind(interval(record.retention))
+        let row = bind_record(sqlx::query(&self.sql.insert).bind(key), record)
             .fetch_one(&self.pool)
             .await
             .map_err(error)?;

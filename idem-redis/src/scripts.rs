@@ -20,9 +20,20 @@ impl Scripts {
     }
 }
 
+/// A compare-and-set script: the shared record check (`lua/record.lua`),
+/// then the script's own steps.
+macro_rules! compare_and_set {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/record.lua"),
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
 /// Built once per process: hashing them is the only cost.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    swap: Script::new(include_str!("lua/swap.lua")),
-    take_over: Script::new(include_str!("lua/take_over.lua")),
-    remove: Script::new(include_str!("lua/remove.lua")),
+    swap: compare_and_set!("swap.lua"),
+    take_over: compare_and_set!("take_over.lua"),
+    remove: compare_and_set!("remove.lua"),
 });

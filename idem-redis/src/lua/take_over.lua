@@ -2,19 +2,6 @@
 -- deadline is stored as ms before the key's expiry (bytes 51-58), so it has
 -- lapsed when PTTL is no more than that. It is read in the same script as
 -- the write: a renewal that lands first makes the takeover fail.
-local key = KEYS[1]
-local v = redis.call('GET', key)
-if not v then
-  return 0
-end
-local n = #v
-if n < 50 or string.byte(v, 1) ~= 1 then
-  return v
-end
-local state = string.byte(v, 2)
-if state > 2 or (state == 0 and n < 58) then
-  return v
-end
 if state ~= 0 or string.sub(v, 3, 18) ~= ARGV[3] then
   -- A resent call whose first attempt was applied finds the new token,
   -- which only this call holds.
