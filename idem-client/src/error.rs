@@ -64,7 +64,7 @@ pub enum Failure {
     /// The server answered with a status worth retrying (5xx, 408, 409,
     /// 429).
     #[error("the server answered {}", .0.status())]
-    Status(Response),
+    Status(Box<Response>),
     /// No complete response came within the attempt's timeout.
     #[error("no complete response within {0:?}")]
     TimedOut(Duration),

@@ -86,9 +86,7 @@ impl Limiter {
             }
             bucket.held_until = None;
         }
-        let Some(limit) = self.limit else {
-            return None;
-        };
+        let limit = self.limit?;
         let earned = now.duration_since(bucket.refilled).as_secs_f64() * limit.per_second;
         bucket.tokens = (bucket.tokens + earned).min(limit.burst);
         bucket.refilled = now;

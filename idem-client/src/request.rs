@@ -216,7 +216,7 @@ struct Exchange {
 
 /// An attempt's result before the policy looks at it.
 enum Sent {
-    Answer(Response),
+    Answer(Box<Response>),
     Failed(Failure),
 }
 
@@ -266,6 +266,15 @@ impl Exchange {
                 .filter(|wait| {
                     number < self.policy.max_attempts && Instant::now() + *wait < deadline
                 });
+            // The host is held before anyone hears of the 429, so no clone
+            // sends to it in between.
+            if let (AttemptOutcome::Status(StatusCode::TOO_MANY_REQUESTS), Some(asked)) =
+                (outcome, asked)
+            {
+                client
+                    .limiter
+                    .hold(&self.host, asked.min(self.policy.retry_after_cap));
+            }
             if let Some(observer) = &client.observer {
                 observer(&Attempt {
                     number,
@@ -279,17 +288,14 @@ impl Exchange {
             }
 
             let failure = match (sent, verdict) {
-                (Sent::Answer(response), Verdict::Final) => return Ok(response),
+                (Sent::Answer(response), Verdict::Final) => return Ok(*response),
                 (Sent::Answer(response), Verdict::KeyReused) => match self.key {
-                    Some(key) => {
-                        return Err(Error::KeyReused {
-                            key,
-                            response: Box::new(response),
-                        })
-                    }
-                    None => return Ok(response),
+                    Some(key) => return Err(Error::KeyReused { key, response }),
+                    None => return Ok(*response),
                 },
-                (Sent::Answer(response), Verdict::Retry) if !self.retryable => return Ok(response),
+                (Sent::Answer(response), Verdict::Retry) if !self.retryable => {
+                    return Ok(*response)
+                }
                 (Sent::Answer(response), Verdict::Retry) => Failure::Status(response),
                 (Sent::Failed(Failure::Transport(e)), _) if !self.retryable => {
                     return Err(Error::Transport(e))
@@ -307,13 +313,6 @@ impl Exchange {
                 url = %self.url, key = ?self.key.as_ref().map(IdempotencyKey::as_str),
                 attempt = number, error = %failure, ?wait, "retrying"
             );
-            if let (Failure::Status(r), Some(asked)) = (&failure, asked) {
-                if r.status == StatusCode::TOO_MANY_REQUESTS {
-                    client
-                        .limiter
-                        .hold(&self.host, asked.min(self.policy.retry_after_cap));
-                }
-            }
             tokio::time::sleep(wait).await;
         }
     }
@@ -348,7 +347,7 @@ impl Exchange {
             })
         };
         match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok(response)) => Ok(Sent::Answer(response)),
+            Ok(Ok(response)) => Ok(Sent::Answer(Box::new(response))),
             Ok(Err(e)) if e.is_builder() => Err(Error::Build(e)),
             Ok(Err(e)) if e.is_timeout() => Ok(Sent::Failed(Failure::TimedOut(timeout))),
             Ok(Err(e)) => Ok(Sent::Failed(Failure::Transport(e))),
