@@ -1,15 +1,15 @@
-//! A small HTTP client for the payments API, on hyper.
+//! A small HTTP client for the payments API's reads, on hyper; payments
+//! themselves go through `idem-client`, which retries them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, StatusCode, Uri};
+use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::app::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use crate::ledger::Charge;
 
 /// A request to the payments API that did not produce a usable answer.
@@ -38,12 +38,9 @@ pub enum ClientError {
 
 /// A complete response.
 #[derive(Debug)]
-pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) replayed: bool,
-    pub(crate) retry_after: Option<Duration>,
-    pub(crate) body: Bytes,
-    pub(crate) latency: Duration,
+struct Answer {
+    status: StatusCode,
+    body: Bytes,
 }
 
 /// A pooled HTTP/1 client bound to one server.
@@ -64,27 +61,6 @@ impl PaymentsClient {
             client,
             base: base.trim_end_matches('/').to_owned(),
         }
-    }
-
-    /// `POST /payments` with `key` and a JSON `body`, giving up after
-    /// `timeout`. A request given up on is dropped with its connection, so
-    /// the server sees the client go away mid-request.
-    pub(crate) async fn post_payment(
-        &self,
-        key: &str,
-        body: Bytes,
-        timeout: Duration,
-    ) -> Result<Answer, ClientError> {
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(self.uri("/payments")?)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(
-                IDEMPOTENCY_KEY,
-                HeaderValue::from_str(key).map_err(http::Error::from)?,
-            )
-            .body(Full::new(body))?;
-        self.send(request, timeout).await
     }
 
     /// `GET path`, expecting a 200 with a JSON body.
@@ -122,7 +98,6 @@ impl PaymentsClient {
         request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Answer, ClientError> {
-        let started = Instant::now();
         let exchange = async {
             let response = self.client.request(request).await?;
             let (parts, body) = response.into_parts();
@@ -132,15 +107,9 @@ impl PaymentsClient {
         let (parts, body) = tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| ClientError::TimedOut(timeout))??;
-        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
         Ok(Answer {
             status: parts.status,
-            replayed: header(IDEMPOTENT_REPLAYED) == Some("true"),
-            retry_after: header(header::RETRY_AFTER.as_str())
-                .and_then(|v| v.trim().parse().ok())
-                .map(Duration::from_secs),
             body,
-            latency: started.elapsed(),
         })
     }
 }

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use http::StatusCode;
+use http::{header, StatusCode};
+use idem_client::{AttemptOutcome, IdemClient, RetryPolicy};
 use idem_core::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::client::{Answer, ClientError, PaymentsClient};
+use crate::client::{ClientError, PaymentsClient};
 use crate::ledger::Charge;
 use crate::report::{bump, Report, Tally};
 use crate::server::{RunningServer, DEFAULT_GATEWAY_LATENCY};
@@ -81,6 +82,9 @@ pub enum StormError {
     /// The ledger could not be read after the storm.
     #[error("could not list the charges made: {0}")]
     Ledger(#[source] ClientError),
+    /// The HTTP client that pays could not be built.
+    #[error("could not build the HTTP client: {0}")]
+    Client(#[source] idem_client::reqwest::Error),
 }
 
 /// What one payment does; drawn from the seed, so a seed replays the same
@@ -137,8 +141,11 @@ impl Plan {
 
 struct Storm {
     client: PaymentsClient,
+    /// Pays, and retries each payment under its one key.
+    payments: IdemClient,
+    payments_url: String,
     config: StormConfig,
-    tally: Tally,
+    tally: Arc<Tally>,
 }
 
 /// Fires a retry storm at the payments API at `url` and checks the ledger
@@ -149,10 +156,13 @@ struct Storm {
 /// are counted.
 pub async fn run_storm(url: &str, config: &StormConfig) -> Result<Report, StormError> {
     let started = Instant::now();
+    let tally = Arc::new(Tally::default());
     let storm = Arc::new(Storm {
         client: PaymentsClient::new(url, config.clients * 4),
+        payments: payments_client(config, Arc::clone(&tally)).map_err(StormError::Client)?,
+        payments_url: format!("{}/payments", url.trim_end_matches('/')),
         config: config.clone(),
-        tally: Tally::default(),
+        tally,
     });
     storm
         .client
@@ -271,131 +281,135 @@ impl Storm {
     }
 
     /// Sends the payment until it gets a 201 (first or replayed) and returns
-    /// the charge id, retrying through 409s, timeouts and server errors.
+    /// the charge id; `idem-client` retries it through 409s, timeouts,
+    /// dropped connections and server errors under the plan's one key.
     async fn settle(
         &self,
         plan: &Plan,
         body: Bytes,
-        mut drop_first: bool,
+        drop_first: bool,
         deadline: Instant,
     ) -> Option<String> {
-        let mut backoff = Backoff::new();
-        while Instant::now() < deadline {
-            let timeout = if std::mem::take(&mut drop_first) {
-                self.config.drop_after
-            } else {
-                self.config.timeout
-            };
-            let answer = match self.send(plan, body.clone(), timeout).await {
-                Some(answer) => answer,
-                None => {
-                    backoff.wait(None).await;
-                    continue;
+        let mut answer = None;
+        if drop_first {
+            // One attempt that hangs up mid-handler; a fast answer still counts.
+            let once = RetryPolicy::never().with_attempt_timeout(self.config.drop_after);
+            answer = self.pay_once(plan, body.clone(), once).await.ok();
+        }
+        let answer = match answer {
+            Some(answer) if answer.status() == StatusCode::CREATED => Ok(answer),
+            _ => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let policy = self.retry_policy().with_max_elapsed(left);
+                self.pay_once(plan, body, policy).await
+            }
+        };
+        match answer {
+            Ok(answer) if answer.status() == StatusCode::CREATED => {
+                if answer.replayed() {
+                    bump(&self.tally.replays);
+                } else {
+                    bump(&self.tally.created);
                 }
-            };
-            match answer.status {
-                StatusCode::CREATED => {
-                    if answer.replayed {
-                        bump(&self.tally.replays);
-                    } else {
-                        bump(&self.tally.created);
+                match answer.json::<Charge>() {
+                    Ok(charge) => Some(charge.id),
+                    Err(e) => {
+                        tracing::warn!(key = %plan.key, error = %e, "a 201 without a charge");
+                        bump(&self.tally.errors);
+                        None
                     }
-                    match serde_json::from_slice::<Charge>(&answer.body) {
-                        Ok(charge) => return Some(charge.id),
-                        Err(e) => {
-                            tracing::warn!(key = %plan.key, error = %e, "a 201 without a charge");
-                            bump(&self.tally.errors);
-                            return None;
-                        }
-                    }
-                }
-                StatusCode::CONFLICT => {
-                    bump(&self.tally.in_progress);
-                    backoff.wait(answer.retry_after).await;
-                }
-                status if status.is_server_error() => {
-                    bump(&self.tally.errors);
-                    backoff.wait(answer.retry_after).await;
-                }
-                status => {
-                    // A 4xx for a valid body under its own key is a bug to
-                    // report, not something a retry fixes.
-                    tracing::warn!(key = %plan.key, %status, "unexpected answer to a payment");
-                    bump(&self.tally.errors);
-                    return None;
                 }
             }
+            Ok(answer) => {
+                // A 4xx for a valid body under its own key is a bug to
+                // report, not something a retry fixes.
+                tracing::warn!(key = %plan.key, status = %answer.status(), "unexpected answer to a payment");
+                bump(&self.tally.errors);
+                None
+            }
+            Err(e) => {
+                tracing::warn!(key = %plan.key, error = %e, "gave up on a payment");
+                bump(&self.tally.errors);
+                None
+            }
         }
-        tracing::warn!(key = %plan.key, "gave up on a payment");
-        bump(&self.tally.errors);
-        None
     }
 
     /// Reuses the key with another amount; the answer must be 422.
     async fn send_altered(&self, plan: &Plan, deadline: Instant) {
         let body = plan.body(plan.amount + 1);
-        let mut backoff = Backoff::new();
-        while Instant::now() < deadline {
-            let Some(answer) = self.send(plan, body.clone(), self.config.timeout).await else {
-                backoff.wait(None).await;
-                continue;
-            };
-            if answer.status == StatusCode::UNPROCESSABLE_ENTITY {
-                bump(&self.tally.mismatches);
-            } else {
-                // A 201 here is a charge for the altered body: the ledger
-                // check counts it as wrong or double.
-                tracing::warn!(key = %plan.key, status = %answer.status,
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self
+            .pay_once(plan, body, self.retry_policy().with_max_elapsed(left))
+            .await
+        {
+            Err(idem_client::Error::KeyReused { .. }) => bump(&self.tally.mismatches),
+            // A 201 here is a charge for the altered body: the ledger check
+            // counts it as wrong or double.
+            answer => {
+                let status = answer.as_ref().map(|a| a.status().to_string());
+                tracing::warn!(key = %plan.key, ?status,
                     "a reused key with another body was not refused");
                 bump(&self.tally.errors);
             }
-            return;
         }
     }
 
-    /// One request; counts it, and returns its answer or `None` when it was
-    /// dropped or failed.
-    async fn send(&self, plan: &Plan, body: Bytes, timeout: Duration) -> Option<Answer> {
-        bump(&self.tally.requests);
-        match self.client.post_payment(&plan.key, body, timeout).await {
-            Ok(answer) => {
-                self.tally.latency(answer.latency);
-                Some(answer)
-            }
-            Err(ClientError::TimedOut(_)) => {
-                bump(&self.tally.dropped);
-                None
-            }
-            Err(e) => {
-                tracing::debug!(key = %plan.key, error = %e, "request failed");
-                bump(&self.tally.errors);
-                None
-            }
-        }
+    /// One logical request under the plan's key, retried as `policy` says.
+    async fn pay_once(
+        &self,
+        plan: &Plan,
+        body: Bytes,
+        policy: RetryPolicy,
+    ) -> Result<idem_client::Response, idem_client::Error> {
+        self.payments
+            .post(&self.payments_url)
+            .key(&plan.key)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .retry(policy)
+            .send()
+            .await
+    }
+
+    /// Retries until the payment's deadline, backing off from 2 ms up to
+    /// 100 ms. The server's `Retry-After` is honoured only up to 5 ms: its
+    /// whole seconds are far coarser than a payment that takes
+    /// milliseconds, and a storm is meant to press.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::default()
+            .with_max_attempts(u32::MAX)
+            .with_backoff(Duration::from_millis(2), Duration::from_millis(100))
+            .with_retry_after_cap(Duration::from_millis(5))
+            .with_attempt_timeout(self.config.timeout)
     }
 }
 
-/// Exponential backoff with jitter, from 2 ms up to 100 ms. It honours a
-/// server's `Retry-After` only as a ceiling: whole seconds are far coarser
-/// than a payment that takes milliseconds, and a storm is meant to press.
-#[derive(Debug)]
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Backoff {
-        Backoff {
-            next: Duration::from_millis(2),
+/// The client that pays: every attempt it makes is counted in `tally`.
+fn payments_client(
+    config: &StormConfig,
+    tally: Arc<Tally>,
+) -> Result<IdemClient, idem_client::reqwest::Error> {
+    let http = idem_client::reqwest::Client::builder()
+        .pool_max_idle_per_host(config.clients * 4)
+        .tcp_nodelay(true)
+        .build()?;
+    Ok(IdemClient::from_reqwest(http).with_observer(move |attempt| {
+        bump(&tally.requests);
+        match attempt.outcome {
+            AttemptOutcome::Status(status) => {
+                tally.latency(attempt.latency);
+                if status == StatusCode::CONFLICT {
+                    bump(&tally.in_progress);
+                } else if status.is_server_error() {
+                    bump(&tally.errors);
+                }
+            }
+            AttemptOutcome::TimedOut => bump(&tally.dropped),
+            _ => {
+                tracing::debug!(key = ?attempt.key, outcome = ?attempt.outcome, "request failed");
+                bump(&tally.errors);
+            }
         }
-    }
-
-    async fn wait(&mut self, retry_after: Option<Duration>) {
-        let ceiling = retry_after
-            .unwrap_or(Duration::MAX)
-            .max(Duration::from_millis(1));
-        let jitter = rand::rng().random_range(0.5..1.5);
-        tokio::time::sleep(self.next.mul_f64(jitter).min(ceiling)).await;
-        self.next = (self.next * 2).min(Duration::from_millis(100));
-    }
+    }))
 }
