@@ -3,22 +3,25 @@
 //! body bytes on every retry, and retries only what is safe to retry.
 //!
 //! ```no_run
-//! use idem_client::{IdemClient, RetryPolicy};
 //! use std::time::Duration;
+//! use idem_client::{Error, IdemClient, RateLimit, RetryPolicy};
+//! use serde_json::json;
 //!
-//! # async fn pay() -> Result<(), idem_client::Error> {
-//! let client = IdemClient::new()
-//!     .with_retry(RetryPolicy::default().with_max_attempts(6).with_max_elapsed(Duration::from_secs(20)));
-//!
-//! // One intent, one key: a random UUID v4, kept across every retry.
-//! let response = client
-//!     .post("http://127.0.0.1:3000/payments")
-//!     .json(&serde_json::json!({ "amount": 1250, "currency": "EUR" }))
-//!     .send()
-//!     .await?;
-//! println!("{} after {} attempt(s), replayed: {}", response.status(), response.attempts(), response.replayed());
-//! # Ok(())
-//! # }
+//! #[tokio::main]
+//! async fn main() -> Result<(), Error> {
+//!     let client = IdemClient::new()
+//!         .with_retry(RetryPolicy::default().with_max_attempts(6).with_max_elapsed(Duration::from_secs(20)))
+//!         .with_rate_limit(RateLimit::per_second(50.0).with_burst(10));
+//!     // One intent, one key (a random UUID v4 unless you pass `.key(..)`),
+//!     // the same key and body bytes on every retry.
+//!     let payment = client
+//!         .post("http://127.0.0.1:3000/payments")
+//!         .json(&json!({ "amount": 1250, "currency": "EUR" }))
+//!         .send()
+//!         .await?; // 5xx, 409, 429, timeouts and dropped connections were retried
+//!     println!("{} after {} attempt(s)", payment.status(), payment.attempts());
+//!     Ok(())
+//! }
 //! ```
 //!
 //! # What is retried
@@ -99,3 +102,25 @@ pub use request::{Attempt, AttemptOutcome, RequestBuilder};
 pub use reqwest;
 pub use response::{Response, IDEMPOTENT_REPLAYED};
 pub use retry::RetryPolicy;
+
+#[cfg(test)]
+mod readme {
+    /// The README's client example is this crate's first doc example, so
+    /// the compiled one and the one people copy cannot drift apart.
+    #[test]
+    fn the_readme_example_is_the_compiled_one() {
+        let fence = |text: &str, open: &str| -> String {
+            let start = text.find(open).expect("the example is there") + open.len();
+            let end = start + text[start..].find("```").expect("the example ends");
+            text[start..end].trim().to_owned()
+        };
+        let readme = fence(include_str!("../../README.md"), "```rust,ignore\n");
+        let docs: String = include_str!("lib.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("//!"))
+            .map(|line| line.strip_prefix(' ').unwrap_or(line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(readme, fence(&docs, "```no_run\n"));
+    }
+}
