@@ -43,9 +43,10 @@ pub enum Error {
     /// server and run.
     #[error("the request failed and is not safe to retry: {0}")]
     Transport(#[source] reqwest::Error),
-    /// Every attempt the budget allowed failed in a way worth retrying. With
-    /// a key the request ran at most once, and sending it again under the
-    /// same key later is still safe.
+    /// Every attempt the budget allowed failed in a way worth retrying (for
+    /// a request that may not be retried: its one attempt timed out). With a
+    /// key the request ran at most once, and sending it again under the same
+    /// key later is still safe.
     #[error("gave up after {attempts} attempts in {elapsed:?}: {last}")]
     GaveUp {
         /// Attempts made.

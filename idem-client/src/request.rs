@@ -84,8 +84,11 @@ impl RequestBuilder {
     }
 
     /// Sends `key` instead of a random one: an id the caller keeps with
-    /// the intent (an order id, a key derived from a job and its step), so
-    /// that a retry after a crash of the caller itself is still deduped. A
+    /// the intent (an order id, or a key derived from a job and its step,
+    /// such as the `String` that `idem_core`'s `Key::derive` or
+    /// `Lease::derive_key` returns for an effect inside idempotent work), so
+    /// that a retry after a crash or a takeover of the caller itself is
+    /// still deduped. A
     /// key that is not 1–255 visible ASCII characters fails the send with
     /// [`Error::InvalidKey`] before anything is sent.
     pub fn key(mut self, key: impl Into<String>) -> RequestBuilder {
@@ -225,13 +228,21 @@ impl Exchange {
         let started = Instant::now();
         let deadline = started + self.policy.max_elapsed;
         let mut number = 0;
+        let mut last: Option<Failure> = None;
         loop {
             number += 1;
             client.limiter.acquire(&self.host).await;
-            let timeout = self
-                .policy
-                .attempt_timeout
-                .min(deadline.saturating_duration_since(Instant::now()));
+            let left = deadline.saturating_duration_since(Instant::now());
+            // A rate-limit wait may have used up the budget: no attempt is
+            // started that has no time to finish.
+            if let (true, Some(failure)) = (left.is_zero(), last.take()) {
+                return Err(Error::GaveUp {
+                    attempts: number - 1,
+                    elapsed: started.elapsed(),
+                    last: Box::new(failure),
+                });
+            }
+            let timeout = self.policy.attempt_timeout.min(left);
             let sent_at = Instant::now();
             let sent = self.attempt(client, timeout, number).await?;
             let latency = sent_at.elapsed();
@@ -313,6 +324,7 @@ impl Exchange {
                 url = %self.url, key = ?self.key.as_ref().map(IdempotencyKey::as_str),
                 attempt = number, error = %failure, ?wait, "retrying"
             );
+            last = Some(failure);
             tokio::time::sleep(wait).await;
         }
     }

@@ -387,3 +387,19 @@ async fn a_429_holds_the_host_for_every_clone() {
         reject - busy
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_wait_counts_against_the_time_budget() {
+    let server = FaultServer::start().await;
+    // One request a second, half a second of budget: the retry's token
+    // comes too late, so it is never sent.
+    let client = IdemClient::new()
+        .with_retry(policy().with_max_elapsed(Duration::from_millis(500)))
+        .with_rate_limit(RateLimit::per_second(1.0));
+    let result = client.post(server.url("/always-503")).send().await;
+    assert!(
+        matches!(result, Err(Error::GaveUp { attempts: 1, .. })),
+        "{result:?}"
+    );
+    assert_eq!(server.requests("/always-503"), 1);
+}
