@@ -117,7 +117,8 @@ impl RequestBuilder {
         self
     }
 
-    /// The retry policy of this request.
+    /// The retry policy of this request, replacing the client's (and a
+    /// [`timeout`](Self::timeout) set before it).
     pub fn retry(mut self, policy: RetryPolicy) -> RequestBuilder {
         self.policy = Some(policy);
         self
