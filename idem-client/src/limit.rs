@@ -108,7 +108,7 @@ impl Limiter {
         if self.limit.is_none() {
             return;
         }
-        let until = Instant::now() + wait;
+        let until = later(Instant::now(), wait);
         let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
         let bucket = hosts.entry(host.to_owned()).or_insert(Bucket {
             tokens: self.limit.map_or(1.0, |l| l.burst),
@@ -117,6 +117,13 @@ impl Limiter {
         });
         bucket.held_until = Some(bucket.held_until.map_or(until, |held| held.max(until)));
     }
+}
+
+/// `now + wait`, or a time decades away when that overflows: a server may
+/// ask for any number of seconds, and a caller may set any cap or budget.
+pub(crate) fn later(now: Instant, wait: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    now.checked_add(wait.min(FAR)).unwrap_or(now)
 }
 
 #[cfg(test)]

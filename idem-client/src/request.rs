@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::error::{Error, Failure};
+use crate::limit::later;
 use crate::retry::{classify, retry_after, Verdict};
 use crate::{IdemClient, IdempotencyKey, Response, RetryPolicy};
 
@@ -227,7 +228,7 @@ enum Sent {
 impl Exchange {
     async fn run(self, client: &IdemClient) -> Result<Response, Error> {
         let started = Instant::now();
-        let deadline = started + self.policy.max_elapsed;
+        let deadline = later(started, self.policy.max_elapsed);
         let mut number = 0;
         let mut last: Option<Failure> = None;
         loop {
@@ -276,7 +277,7 @@ impl Exchange {
             let retry_in = (verdict == Verdict::Retry && self.retryable)
                 .then(|| self.policy.delay(number, asked))
                 .filter(|wait| {
-                    number < self.policy.max_attempts && Instant::now() + *wait < deadline
+                    number < self.policy.max_attempts && later(Instant::now(), *wait) < deadline
                 });
             // The host is held before anyone hears of the 429, so no clone
             // sends to it in between.

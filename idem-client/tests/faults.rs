@@ -403,3 +403,24 @@ async fn a_rate_limit_wait_counts_against_the_time_budget() {
     );
     assert_eq!(server.requests("/always-503"), 1);
 }
+
+// Pins that a Retry-After of u64::MAX seconds, with no cap and no budget,
+// gives up instead of overflowing the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_of_any_size_is_given_up_on_not_a_panic() {
+    let server = FaultServer::start().await;
+    let (client, seen) = observed(
+        policy()
+            .with_max_elapsed(Duration::MAX)
+            .with_retry_after_cap(Duration::MAX),
+    );
+    let result = client.post(server.url("/forever")).send().await;
+    assert!(
+        matches!(result, Err(Error::GaveUp { attempts: 1, .. })),
+        "{result:?}"
+    );
+    assert_eq!(
+        seen.lock().unwrap()[0].retry_after,
+        Some(Duration::from_secs(u64::MAX))
+    );
+}

@@ -209,6 +209,13 @@ async fn handle(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Answer 
                 Bytes::new(),
             )
         }
+        "/forever" => {
+            return answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &[("retry-after", u64::MAX.to_string())],
+                Bytes::new(),
+            )
+        }
         "/read" if arrival == 1 => {
             return answer(StatusCode::SERVICE_UNAVAILABLE, &[], Bytes::new())
         }
