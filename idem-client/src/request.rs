@@ -306,9 +306,6 @@ impl Exchange {
                     Some(key) => return Err(Error::KeyReused { key, response }),
                     None => return Ok(*response),
                 },
-                (Sent::Answer(response), Verdict::Retry) if !self.retryable => {
-                    return Ok(*response)
-                }
                 (Sent::Answer(response), Verdict::Retry) => Failure::Status(response),
                 (Sent::Failed(Failure::Transport(e)), _) if !self.retryable => {
                     return Err(Error::Transport(e))
