@@ -272,7 +272,7 @@ async fn handle(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Answer 
             Bytes::new(),
         ),
         ("/busy-date", 1) => {
-            let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(2));
+            let at = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(3));
             answer(
                 StatusCode::TOO_MANY_REQUESTS,
                 &[("retry-after", at)],
