@@ -227,24 +227,31 @@ async fn the_attempt_budget_ends_in_gave_up() {
     assert_eq!(server.requests("/always-503"), 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_past_the_time_budget_is_not_started() {
+/// Sends one request to `path` under `policy`, which must give up after
+/// one attempt, sent once; returns that attempt.
+async fn gives_up_after_one_attempt(path: &str, policy: RetryPolicy) -> Attempt {
     let server = FaultServer::start().await;
-    // The server asks for an hour; the budget is 5 s: give up at once.
-    let (client, seen) = observed(
-        policy()
-            .with_max_elapsed(Duration::from_secs(5))
-            .with_retry_after_cap(Duration::from_secs(3600)),
-    );
-    let started = std::time::Instant::now();
-    let result = client.post(server.url("/always-429")).send().await;
+    let (client, seen) = observed(policy);
+    let result = client.post(server.url(path)).send().await;
     assert!(
         matches!(result, Err(Error::GaveUp { attempts: 1, .. })),
         "{result:?}"
     );
+    assert_eq!(server.requests(path), 1);
+    let attempt = seen.lock().unwrap()[0].clone();
+    assert_eq!(attempt.retry_in, None);
+    attempt
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_past_the_time_budget_is_not_started() {
+    // The server asks for an hour; the budget is 5 s: give up at once.
+    let started = std::time::Instant::now();
+    let policy = policy()
+        .with_max_elapsed(Duration::from_secs(5))
+        .with_retry_after_cap(Duration::from_secs(3600));
+    gives_up_after_one_attempt("/always-429", policy).await;
     assert!(started.elapsed() < Duration::from_secs(5), "it waited");
-    assert_eq!(seen.lock().unwrap()[0].retry_in, None);
-    assert_eq!(server.requests("/always-429"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,19 +416,9 @@ async fn a_rate_limit_wait_counts_against_the_time_budget() {
 // gives up instead of overflowing the clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_of_any_size_is_given_up_on_not_a_panic() {
-    let server = FaultServer::start().await;
-    let (client, seen) = observed(
-        policy()
-            .with_max_elapsed(Duration::MAX)
-            .with_retry_after_cap(Duration::MAX),
-    );
-    let result = client.post(server.url("/forever")).send().await;
-    assert!(
-        matches!(result, Err(Error::GaveUp { attempts: 1, .. })),
-        "{result:?}"
-    );
-    assert_eq!(
-        seen.lock().unwrap()[0].retry_after,
-        Some(Duration::from_secs(u64::MAX))
-    );
+    let policy = policy()
+        .with_max_elapsed(Duration::MAX)
+        .with_retry_after_cap(Duration::MAX);
+    let attempt = gives_up_after_one_attempt("/forever", policy).await;
+    assert_eq!(attempt.retry_after, Some(Duration::from_secs(u64::MAX)));
 }
