@@ -422,3 +422,23 @@ async fn a_retry_after_of_any_size_is_given_up_on_not_a_panic() {
     let attempt = gives_up_after_one_attempt("/forever", policy).await;
     assert_eq!(attempt.retry_after, Some(Duration::from_secs(u64::MAX)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_share_one_bucket_per_host() {
+    let server = FaultServer::start().await;
+    let client = IdemClient::new().with_rate_limit(RateLimit::per_second(5.0));
+    let clone = client.clone();
+    let sends = (0..6).map(|i| {
+        let client = if i % 2 == 0 { &client } else { &clone };
+        client.post(server.url("/reject")).send()
+    });
+    for response in join_all(sends).await {
+        assert_eq!(response.unwrap().status(), StatusCode::BAD_REQUEST);
+    }
+    // Six requests at five a second from one bucket: five gaps of 200 ms.
+    // Only a lower bound, with room for the first one arriving late.
+    let mut arrivals: Vec<_> = server.arrivals("/reject").concat();
+    arrivals.sort();
+    let span = arrivals[5] - arrivals[0];
+    assert!(span >= Duration::from_millis(800), "{span:?}");
+}
