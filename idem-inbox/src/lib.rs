@@ -1,0 +1,10 @@
+//! Webhooks in, verified, queued durably, each event handled once — with
+//! retries, backoff and dead letters.
+//!
+//! The flow: receive → [`verify`] → dedupe on (source, event id) → enqueue
+//! durably on a [`queue`] → answer 2xx → a worker claims the job and runs
+//! its handler under idem's `execute` keyed by the event → done, retry
+//! later, or dead letter.
+#![forbid(unsafe_code)]
+
+pub mod verify;
