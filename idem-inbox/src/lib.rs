@@ -7,4 +7,7 @@
 //! later, or dead letter.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod queue;
 pub mod verify;
