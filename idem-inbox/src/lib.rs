@@ -7,7 +7,16 @@
 //! later, or dead letter.
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod handler;
 pub mod queue;
+pub mod ratelimit;
 pub mod verify;
+pub mod worker;
+
+pub use backoff::Backoff;
+pub use handler::{Event, Handler, HandlerError};
+pub use ratelimit::RateLimiter;
+pub use worker::{Outcome, Worker, WorkerConfig};
