@@ -20,3 +20,7 @@ pub use backoff::Backoff;
 pub use handler::{Event, Handler, HandlerError};
 pub use ratelimit::RateLimiter;
 pub use worker::{Outcome, Worker, WorkerConfig};
+#[cfg(feature = "axum")]
+pub mod receiver;
+#[cfg(feature = "axum")]
+pub use receiver::{Received, Receiver, Rejection};
