@@ -298,7 +298,7 @@ impl JobContext {
                 job.attempts - 1,
                 job.last_error
                     .as_deref()
-                    .unwrap_or("none (the worker stopped mid-job)")
+                    .unwrap_or("none (a worker stopped mid-job or overran its lease)")
             );
             return self.settle(&job, Verdict::Dead(error)).await;
         }

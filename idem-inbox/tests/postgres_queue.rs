@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_inbox::conformance::{run_all, QueueFactory, QueueFixture};
-use idem_inbox::queue::{Enqueued, NewJob, PostgresQueue, Queue, QueueError};
+use idem_inbox::queue::{NewJob, PostgresQueue, Queue, QueueError};
 use sqlx::PgPool;
 
 struct Tables(PgPool);
@@ -36,30 +36,7 @@ async fn a_completed_event_is_forgotten_only_after_its_retention() {
     };
     let (queue, _guard) = support::postgres_queue(pool).await;
     let queue = queue.with_retention(Duration::from_millis(300));
-    let first = queue
-        .enqueue(NewJob::new("s", "e", b"1".to_vec()))
-        .await
-        .unwrap();
-    let job = queue
-        .claim(1, Duration::from_secs(30))
-        .await
-        .unwrap()
-        .remove(0);
-    assert!(queue.complete(&job).await.unwrap().is_applied());
-    assert_eq!(queue.purge_expired(100).await.unwrap(), 0);
-    let early = queue
-        .enqueue(NewJob::new("s", "e", b"2".to_vec()))
-        .await
-        .unwrap();
-    assert!(matches!(early, Enqueued::Duplicate(_)));
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let late = queue
-        .enqueue(NewJob::new("s", "e", b"3".to_vec()))
-        .await
-        .unwrap();
-    assert!(matches!(late, Enqueued::New(_)), "{late:?}");
-    assert_eq!(late.id(), first.id());
-    assert_eq!(queue.purge_expired(100).await.unwrap(), 0);
+    support::completed_event_is_forgotten_only_after_its_retention(&queue).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,26 +46,7 @@ async fn purge_deletes_only_completed_jobs_past_retention() {
     };
     let (queue, _guard) = support::postgres_queue(pool).await;
     let queue = queue.with_retention(Duration::from_millis(100));
-    for n in 0..5 {
-        queue
-            .enqueue(NewJob::new("s", n.to_string(), Vec::new()))
-            .await
-            .unwrap();
-    }
-    for job in queue.claim(3, Duration::from_secs(30)).await.unwrap() {
-        assert!(queue.complete(&job).await.unwrap().is_applied());
-    }
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(queue.purge_expired(2).await.unwrap(), 2);
-    assert_eq!(queue.purge_expired(100).await.unwrap(), 1);
-    assert_eq!(
-        queue
-            .claim(10, Duration::from_secs(30))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    support::purge_deletes_only_completed_jobs_past_retention(&queue).await;
 }
 
 #[tokio::test]

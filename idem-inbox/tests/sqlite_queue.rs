@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use idem_inbox::conformance::QueueFixture;
-use idem_inbox::queue::{Enqueued, NewJob, Queue, SqliteQueue};
+use idem_inbox::queue::{NewJob, Queue, SqliteQueue};
 
 async fn factory() -> QueueFixture {
     let (queue, dir) = support::sqlite_queue().await;
@@ -37,58 +37,12 @@ async fn jobs_survive_reopening_the_file() {
 async fn a_completed_event_is_forgotten_only_after_its_retention() {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue = queue.with_retention(Duration::from_millis(300));
-    let first = queue
-        .enqueue(NewJob::new("s", "e", b"1".to_vec()))
-        .await
-        .unwrap();
-    let job = queue
-        .claim(1, Duration::from_secs(30))
-        .await
-        .unwrap()
-        .remove(0);
-    assert!(queue.complete(&job).await.unwrap().is_applied());
-    assert_eq!(queue.purge_expired(100).await.unwrap(), 0);
-    let early = queue
-        .enqueue(NewJob::new("s", "e", b"2".to_vec()))
-        .await
-        .unwrap();
-    assert!(matches!(early, Enqueued::Duplicate(_)));
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    // Past retention the event may come again as a new job.
-    let late = queue
-        .enqueue(NewJob::new("s", "e", b"3".to_vec()))
-        .await
-        .unwrap();
-    assert!(matches!(late, Enqueued::New(_)), "{late:?}");
-    assert_eq!(late.id(), first.id());
-    let again = queue.claim(1, Duration::from_secs(30)).await.unwrap();
-    assert_eq!(again[0].payload, b"3");
-    assert_eq!(again[0].attempts, 1);
+    support::completed_event_is_forgotten_only_after_its_retention(&queue).await;
 }
 
 #[tokio::test]
 async fn purge_deletes_only_completed_jobs_past_retention() {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue = queue.with_retention(Duration::from_millis(100));
-    for n in 0..5 {
-        queue
-            .enqueue(NewJob::new("s", n.to_string(), Vec::new()))
-            .await
-            .unwrap();
-    }
-    let jobs = queue.claim(3, Duration::from_secs(30)).await.unwrap();
-    for job in &jobs {
-        assert!(queue.complete(job).await.unwrap().is_applied());
-    }
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(queue.purge_expired(2).await.unwrap(), 2);
-    assert_eq!(queue.purge_expired(100).await.unwrap(), 1);
-    assert_eq!(
-        queue
-            .claim(10, Duration::from_secs(30))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    support::purge_deletes_only_completed_jobs_past_retention(&queue).await;
 }

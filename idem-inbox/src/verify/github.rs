@@ -2,10 +2,7 @@
 
 use http::HeaderMap;
 
-use super::{
-    constant_time_eq, hmac_sha256, single_header, SecretError, Secrets, Verified, Verifier,
-    VerifyError,
-};
+use super::{hmac_sha256, single_header, SecretError, Secrets, Verified, Verifier, VerifyError};
 
 const SIGNATURE: &str = "x-hub-signature-256";
 const DELIVERY: &str = "x-github-delivery";
@@ -57,12 +54,8 @@ impl Verifier for GitHub {
             header: SIGNATURE,
             reason: "the signature is not hex",
         })?;
-        let matched = self.secrets.iter().fold(false, |any, key| {
-            any | constant_time_eq(&hmac_sha256(key, &[body]), &candidate)
-        });
-        if !matched {
-            return Err(VerifyError::SignatureMismatch);
-        }
+        self.secrets
+            .match_any(&[candidate], |key| hmac_sha256(key, &[body]))?;
         let event_id = match single_header(headers, DELIVERY) {
             Ok(id) if !id.is_empty() => Some(id.to_owned()),
             Ok(_) | Err(VerifyError::MissingHeader(_)) => None,

@@ -204,6 +204,26 @@ impl Secrets {
         Secrets::new(secrets, |s| Ok(s.as_bytes().to_vec()))
     }
 
+    /// Passes when any candidate equals the MAC `mac` computes under any
+    /// secret; every comparison runs in constant time.
+    fn match_any(
+        &self,
+        candidates: &[Vec<u8>],
+        mac: impl Fn(&[u8]) -> [u8; 32],
+    ) -> Result<(), VerifyError> {
+        let matched = self.iter().any(|key| {
+            let expected = mac(key);
+            candidates
+                .iter()
+                .fold(false, |any, c| any | constant_time_eq(&expected, c))
+        });
+        if matched {
+            Ok(())
+        } else {
+            Err(VerifyError::SignatureMismatch)
+        }
+    }
+
     fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.0.iter().map(Vec::as_slice)
     }

@@ -7,8 +7,8 @@ use base64::Engine;
 use http::HeaderMap;
 
 use super::{
-    check_timestamp, constant_time_eq, hmac_sha256, parse_timestamp, single_header, Clock,
-    SecretError, Secrets, Verified, Verifier, VerifyError, DEFAULT_TOLERANCE,
+    check_timestamp, hmac_sha256, parse_timestamp, single_header, Clock, SecretError, Secrets,
+    Verified, Verifier, VerifyError, DEFAULT_TOLERANCE,
 };
 
 const ID: &str = "webhook-id";
@@ -116,15 +116,8 @@ impl Verifier for StandardWebhooks {
         }
         // The signature is checked before the timestamp, so a forger learns
         // nothing about the tolerance window.
-        let matched = self.secrets.iter().any(|key| {
-            let expected = mac(key, id, timestamp, body);
-            candidates
-                .iter()
-                .fold(false, |any, c| any | constant_time_eq(&expected, c))
-        });
-        if !matched {
-            return Err(VerifyError::SignatureMismatch);
-        }
+        self.secrets
+            .match_any(&candidates, |key| mac(key, id, timestamp, body))?;
         check_timestamp(&self.clock, self.tolerance, timestamp)?;
         Ok(Verified {
             event_id: Some(id.to_owned()),

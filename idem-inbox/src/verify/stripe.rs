@@ -5,8 +5,8 @@ use std::time::Duration;
 use http::HeaderMap;
 
 use super::{
-    check_timestamp, constant_time_eq, hmac_sha256, parse_timestamp, single_header, Clock,
-    SecretError, Secrets, Verified, Verifier, VerifyError, DEFAULT_TOLERANCE,
+    check_timestamp, hmac_sha256, parse_timestamp, single_header, Clock, SecretError, Secrets,
+    Verified, Verifier, VerifyError, DEFAULT_TOLERANCE,
 };
 
 const SIGNATURE: &str = "stripe-signature";
@@ -103,15 +103,8 @@ impl Verifier for Stripe {
                 reason: "no v1= signature",
             });
         }
-        let matched = self.secrets.iter().any(|key| {
-            let expected = mac(key, timestamp, body);
-            candidates
-                .iter()
-                .fold(false, |any, c| any | constant_time_eq(&expected, c))
-        });
-        if !matched {
-            return Err(VerifyError::SignatureMismatch);
-        }
+        self.secrets
+            .match_any(&candidates, |key| mac(key, timestamp, body))?;
         check_timestamp(&self.clock, self.tolerance, timestamp)?;
         Ok(Verified {
             event_id: None,

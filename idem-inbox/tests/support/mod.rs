@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_inbox::queue::{PostgresQueue, SqliteQueue};
+use idem_inbox::queue::{Enqueued, NewJob, PostgresQueue, Queue, SqliteQueue};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::Connection;
 
@@ -103,4 +103,61 @@ pub async fn sqlite_queue() -> (SqliteQueue, tempfile::TempDir) {
         .await
         .expect("open the queue");
     (queue, dir)
+}
+
+/// A completed event stays a duplicate until its retention (300 ms here)
+/// passes, then may come again as a new job in the same row. `queue` must
+/// have been built with a 300 ms retention.
+pub async fn completed_event_is_forgotten_only_after_its_retention(queue: &dyn Queue) {
+    let first = queue
+        .enqueue(NewJob::new("s", "e", b"1".to_vec()))
+        .await
+        .unwrap();
+    let job = queue
+        .claim(1, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(queue.complete(&job).await.unwrap().is_applied());
+    assert_eq!(queue.purge_expired(100).await.unwrap(), 0);
+    let early = queue
+        .enqueue(NewJob::new("s", "e", b"2".to_vec()))
+        .await
+        .unwrap();
+    assert!(matches!(early, Enqueued::Duplicate(_)));
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let late = queue
+        .enqueue(NewJob::new("s", "e", b"3".to_vec()))
+        .await
+        .unwrap();
+    assert!(matches!(late, Enqueued::New(_)), "{late:?}");
+    assert_eq!(late.id(), first.id());
+    let again = queue.claim(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again[0].payload, b"3");
+    assert_eq!(again[0].attempts, 1);
+}
+
+/// Purge deletes completed jobs past retention (100 ms here), up to its
+/// limit, and nothing else.
+pub async fn purge_deletes_only_completed_jobs_past_retention(queue: &dyn Queue) {
+    for n in 0..5 {
+        queue
+            .enqueue(NewJob::new("s", n.to_string(), Vec::new()))
+            .await
+            .unwrap();
+    }
+    for job in queue.claim(3, Duration::from_secs(30)).await.unwrap() {
+        assert!(queue.complete(&job).await.unwrap().is_applied());
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(queue.purge_expired(2).await.unwrap(), 2);
+    assert_eq!(queue.purge_expired(100).await.unwrap(), 1);
+    assert_eq!(
+        queue
+            .claim(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 }
