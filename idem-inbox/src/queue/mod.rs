@@ -340,6 +340,7 @@ pub enum QueueError {
 }
 
 /// Whether `name` can be spliced into SQL as an identifier.
+#[cfg(feature = "postgres")]
 pub(crate) fn valid_table_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 48
@@ -348,11 +349,13 @@ pub(crate) fn valid_table_name(name: &str) -> bool {
 }
 
 /// A duration in whole milliseconds, saturating.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Decodes a stored attempt history; a broken one is corruption.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn decode_history(
     backend: &'static str,
     text: &str,
@@ -364,6 +367,7 @@ pub(crate) fn decode_history(
 }
 
 /// Decodes a stored state name.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn decode_state(backend: &'static str, name: &str) -> Result<JobState, QueueError> {
     JobState::parse(name).ok_or_else(|| QueueError::Corrupt {
         backend,
