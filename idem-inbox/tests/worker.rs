@@ -469,3 +469,51 @@ fn backoff_is_full_jitter_under_a_doubling_ceiling_and_a_cap() {
         Duration::ZERO
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let id = queue
+        .enqueue(NewJob::new("s", "slow", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    let runs = Arc::new(AtomicU32::new(0));
+    let idem = Idempotent::new(MemoryStore::new()).with_lease(Duration::from_millis(300));
+    let mut tasks = Vec::new();
+    let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+    for _ in 0..2 {
+        let counted = Arc::clone(&runs);
+        let worker = Worker::new(Arc::clone(&queue), idem.clone(), move |_e: Event| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+                Ok(())
+            }
+        })
+        .with_config(fast().with_lease(Duration::from_millis(300)));
+        let mut stopped = stop.subscribe();
+        tasks.push(tokio::spawn(async move {
+            worker
+                .run(async move {
+                    let _ = stopped.recv().await;
+                })
+                .await
+        }));
+    }
+    until_settled(&*queue, std::slice::from_ref(&id)).await;
+    stop.send(()).unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a heartbeating job was run twice"
+    );
+    let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Done, 1));
+}
