@@ -1,0 +1,387 @@
+//! The PostgreSQL queue.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use super::{
+    decode_history, decode_state, millis, valid_table_name, Enqueued, Job, JobId, JobInfo, NewJob,
+    Queue, QueueError, Settle, Token, DEFAULT_RETENTION,
+};
+
+const BACKEND: &str = "postgres";
+
+/// The default table.
+const DEFAULT_TABLE: &str = "idem_inbox_jobs";
+
+/// A [`Queue`] in one PostgreSQL table.
+///
+/// Every deadline is computed by the server from `now()`, so workers'
+/// clocks never decide a lease. A batch claim is one statement: `UPDATE …
+/// WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent
+/// workers take disjoint batches without waiting on each other. Tokens are
+/// `gen_random_uuid()` (PostgreSQL 13 or later).
+#[derive(Debug, Clone)]
+pub struct PostgresQueue {
+    pool: PgPool,
+    table: String,
+    retention: Duration,
+    sql: Sql,
+}
+
+/// The statements, built once from the validated table name.
+#[derive(Debug, Clone)]
+struct Sql {
+    schema: [String; 3],
+    enqueue: String,
+    duplicate: String,
+    claim: String,
+    heartbeat: String,
+    complete: String,
+    retry: String,
+    release: String,
+    dead_letter: String,
+    dead_letters: String,
+    inspect: String,
+    requeue: String,
+    purge: String,
+}
+
+const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, last_error, token";
+const INFO_COLUMNS: &str =
+    "id, source, event_id, payload, state, attempts, last_error, history::text AS history";
+
+impl Sql {
+    fn new(t: &str) -> Sql {
+        let fence = "WHERE id = $1 AND token = $2 AND state = 'running'";
+        let append = "history = history || jsonb_build_array(jsonb_build_object(
+                'attempt', attempts, 'error', $3::text,
+                'at_ms', floor(extract(epoch FROM now()) * 1000)::bigint))";
+        Sql {
+            schema: [
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (
+                        id           BIGSERIAL PRIMARY KEY,
+                        source       TEXT        NOT NULL,
+                        event_id     TEXT        NOT NULL,
+                        payload      BYTEA       NOT NULL,
+                        state        TEXT        NOT NULL,
+                        attempts     INTEGER     NOT NULL,
+                        run_after    TIMESTAMPTZ NOT NULL,
+                        lease_until  TIMESTAMPTZ,
+                        token        BYTEA,
+                        last_error   TEXT,
+                        history      JSONB       NOT NULL,
+                        dedupe_until TIMESTAMPTZ NOT NULL,
+                        UNIQUE (source, event_id))"
+                ),
+                format!("CREATE INDEX IF NOT EXISTS {t}_due ON {t} (run_after) WHERE state = 'pending'"),
+                format!("CREATE INDEX IF NOT EXISTS {t}_lease ON {t} (lease_until) WHERE state = 'running'"),
+            ],
+            enqueue: format!(
+                "INSERT INTO {t} AS j
+                     (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
+                 VALUES ($1, $2, $3, 'pending', 0,
+                         now() + $4::float8 * interval '1 millisecond', '[]',
+                         now() + $5::float8 * interval '1 millisecond')
+                 ON CONFLICT (source, event_id) DO UPDATE SET
+                     payload = excluded.payload, state = 'pending', attempts = 0,
+                     run_after = excluded.run_after, lease_until = NULL, token = NULL,
+                     last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
+                 WHERE j.state = 'done' AND j.dedupe_until <= now()
+                 RETURNING id"
+            ),
+            duplicate: format!("SELECT id FROM {t} WHERE source = $1 AND event_id = $2"),
+            claim: format!(
+                "UPDATE {t}
+                 SET state = 'running', attempts = attempts + 1,
+                     token = uuid_send(gen_random_uuid()),
+                     lease_until = now() + $2::float8 * interval '1 millisecond'
+                 WHERE id IN (
+                     SELECT id FROM {t}
+                     WHERE (state = 'pending' AND run_after <= now())
+                        OR (state = 'running' AND lease_until <= now())
+                     ORDER BY run_after, id
+                     LIMIT $1
+                     FOR UPDATE SKIP LOCKED)
+                 RETURNING {JOB_COLUMNS}"
+            ),
+            heartbeat: format!(
+                "UPDATE {t} SET lease_until = now() + $3::float8 * interval '1 millisecond' {fence}"
+            ),
+            complete: format!(
+                "UPDATE {t} SET state = 'done', token = NULL, lease_until = NULL, run_after = now() {fence}"
+            ),
+            retry: format!(
+                "UPDATE {t}
+                 SET state = 'pending', token = NULL, lease_until = NULL,
+                     run_after = now() + $4::float8 * interval '1 millisecond',
+                     last_error = $3, {append}
+                 {fence}"
+            ),
+            release: format!(
+                "UPDATE {t}
+                 SET state = 'pending', attempts = greatest(attempts - 1, 0), token = NULL,
+                     lease_until = NULL, run_after = now()
+                 {fence}"
+            ),
+            dead_letter: format!(
+                "UPDATE {t}
+                 SET state = 'dead', token = NULL, lease_until = NULL, last_error = $3, {append}
+                 {fence}"
+            ),
+            dead_letters: format!(
+                "SELECT {INFO_COLUMNS} FROM {t} WHERE state = 'dead' ORDER BY id LIMIT $1"
+            ),
+            inspect: format!("SELECT {INFO_COLUMNS} FROM {t} WHERE id = $1"),
+            requeue: format!(
+                "UPDATE {t} SET state = 'pending', attempts = 0, run_after = now()
+                 WHERE id = $1 AND state = 'dead'"
+            ),
+            purge: format!(
+                "DELETE FROM {t} WHERE id IN (
+                     SELECT id FROM {t} WHERE state = 'done' AND dedupe_until <= now()
+                     LIMIT $1 FOR UPDATE SKIP LOCKED)"
+            ),
+        }
+    }
+}
+
+impl PostgresQueue {
+    /// Connects to `url` with a pool of 10 connections.
+    pub async fn connect(url: &str) -> Result<PostgresQueue, QueueError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(10)
+            .connect(url)
+            .await
+            .map_err(backend)?;
+        Ok(PostgresQueue::from_pool(pool))
+    }
+
+    /// A queue over an existing pool, in the default table
+    /// `idem_inbox_jobs`. Call [`migrate`](PostgresQueue::migrate) once.
+    pub fn from_pool(pool: PgPool) -> PostgresQueue {
+        PostgresQueue {
+            pool,
+            table: DEFAULT_TABLE.to_owned(),
+            retention: DEFAULT_RETENTION,
+            sql: Sql::new(DEFAULT_TABLE),
+        }
+    }
+
+    /// Uses the table `name`: 1–48 ASCII letters, digits and underscores,
+    /// not starting with a digit (it is spliced into SQL, so it is checked
+    /// here, once).
+    pub fn with_table(mut self, name: &str) -> Result<PostgresQueue, QueueError> {
+        if !valid_table_name(name) {
+            return Err(QueueError::InvalidName(name.to_owned()));
+        }
+        self.table = name.to_owned();
+        self.sql = Sql::new(name);
+        Ok(self)
+    }
+
+    /// How long a completed event is remembered (default three days).
+    pub fn with_retention(mut self, retention: Duration) -> PostgresQueue {
+        self.retention = retention;
+        self
+    }
+
+    /// The table the jobs live in.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the table and indexes if they are missing; safe to call again.
+    pub async fn migrate(&self) -> Result<(), QueueError> {
+        for statement in &self.sql.schema {
+            sqlx::query(statement)
+                .execute(&self.pool)
+                .await
+                .map_err(backend)?;
+        }
+        Ok(())
+    }
+
+    async fn fenced(&self, sql: &str, job: &Job, extra: Extra<'_>) -> Result<Settle, QueueError> {
+        let query = sqlx::query(sql)
+            .bind(parse_id(&job.id))
+            .bind(job.token.as_bytes());
+        let query = match extra {
+            Extra::None => query,
+            Extra::Millis(ms) => query.bind(ms as f64),
+            Extra::Error(e) => query.bind(e),
+            Extra::ErrorAndMillis(e, ms) => query.bind(e).bind(ms as f64),
+        };
+        let done = query.execute(&self.pool).await.map_err(backend)?;
+        Ok(if done.rows_affected() == 1 {
+            Settle::Applied
+        } else {
+            Settle::LeaseLost
+        })
+    }
+}
+
+/// The parameters a fenced statement takes after the id and the token.
+enum Extra<'a> {
+    None,
+    Millis(i64),
+    Error(&'a str),
+    ErrorAndMillis(&'a str, i64),
+}
+
+fn backend(e: sqlx::Error) -> QueueError {
+    QueueError::Backend {
+        backend: BACKEND,
+        source: Box::new(e),
+    }
+}
+
+/// A job id this backend issued; any other text names no job.
+fn parse_id(id: &JobId) -> i64 {
+    id.as_str().parse().unwrap_or(-1)
+}
+
+fn job(row: &PgRow) -> Result<Job, sqlx::Error> {
+    Ok(Job {
+        id: JobId::new(row.try_get::<i64, _>("id")?.to_string()),
+        source: row.try_get("source")?,
+        event_id: row.try_get("event_id")?,
+        payload: row.try_get("payload")?,
+        attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+        last_error: row.try_get("last_error")?,
+        token: Token::from_bytes(row.try_get::<Vec<u8>, _>("token")?),
+    })
+}
+
+fn info(row: &PgRow) -> Result<JobInfo, QueueError> {
+    let state: String = row.try_get("state").map_err(backend)?;
+    let history: String = row.try_get("history").map_err(backend)?;
+    Ok(JobInfo {
+        id: JobId::new(row.try_get::<i64, _>("id").map_err(backend)?.to_string()),
+        source: row.try_get("source").map_err(backend)?,
+        event_id: row.try_get("event_id").map_err(backend)?,
+        payload: row.try_get("payload").map_err(backend)?,
+        state: decode_state(BACKEND, &state)?,
+        attempts: row.try_get::<i32, _>("attempts").map_err(backend)?.max(0) as u32,
+        last_error: row.try_get("last_error").map_err(backend)?,
+        history: decode_history(BACKEND, &history)?,
+    })
+}
+
+#[async_trait]
+impl Queue for PostgresQueue {
+    async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
+        let inserted: Option<i64> = sqlx::query_scalar(&self.sql.enqueue)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .bind(&job.payload)
+            .bind(millis(job.delay) as f64)
+            .bind(millis(self.retention) as f64)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        if let Some(id) = inserted {
+            return Ok(Enqueued::New(JobId::new(id.to_string())));
+        }
+        // The conflicting row is committed (ON CONFLICT waited for it), and
+        // only a purge of a completed, expired job removes rows, so it is
+        // there to be read unless a purge ran in between.
+        let held: Option<i64> = sqlx::query_scalar(&self.sql.duplicate)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        match held {
+            Some(id) => Ok(Enqueued::Duplicate(JobId::new(id.to_string()))),
+            None => Box::pin(self.enqueue(job)).await,
+        }
+    }
+
+    async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Job>, QueueError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.claim)
+            .bind(i64::try_from(max).unwrap_or(i64::MAX))
+            .bind(millis(lease) as f64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        rows.iter()
+            .map(job)
+            .collect::<Result<_, _>>()
+            .map_err(backend)
+    }
+
+    async fn heartbeat(&self, job: &Job, lease: Duration) -> Result<Settle, QueueError> {
+        self.fenced(&self.sql.heartbeat, job, Extra::Millis(millis(lease)))
+            .await
+    }
+
+    async fn complete(&self, job: &Job) -> Result<Settle, QueueError> {
+        self.fenced(&self.sql.complete, job, Extra::None).await
+    }
+
+    async fn retry(&self, job: &Job, delay: Duration, error: &str) -> Result<Settle, QueueError> {
+        self.fenced(
+            &self.sql.retry,
+            job,
+            Extra::ErrorAndMillis(error, millis(delay)),
+        )
+        .await
+    }
+
+    async fn release(&self, job: &Job) -> Result<Settle, QueueError> {
+        self.fenced(&self.sql.release, job, Extra::None).await
+    }
+
+    async fn dead_letter(&self, job: &Job, error: &str) -> Result<Settle, QueueError> {
+        self.fenced(&self.sql.dead_letter, job, Extra::Error(error))
+            .await
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<JobInfo>, QueueError> {
+        let rows = sqlx::query(&self.sql.dead_letters)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        rows.iter().map(info).collect()
+    }
+
+    async fn inspect(&self, id: &JobId) -> Result<Option<JobInfo>, QueueError> {
+        let row = sqlx::query(&self.sql.inspect)
+            .bind(parse_id(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        row.as_ref().map(info).transpose()
+    }
+
+    async fn requeue(&self, id: &JobId) -> Result<bool, QueueError> {
+        let done = sqlx::query(&self.sql.requeue)
+            .bind(parse_id(id))
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, QueueError> {
+        let done = sqlx::query(&self.sql.purge)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(done.rows_affected())
+    }
+}

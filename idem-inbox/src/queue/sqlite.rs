@@ -1,0 +1,384 @@
+//! The embedded SQLite queue.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::{
+    decode_history, decode_state, millis, Enqueued, Job, JobId, JobInfo, NewJob, Queue, QueueError,
+    Settle, Token, DEFAULT_RETENTION,
+};
+
+const BACKEND: &str = "sqlite";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS inbox_jobs (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    source       TEXT    NOT NULL,
+    event_id     TEXT    NOT NULL,
+    payload      BLOB    NOT NULL,
+    state        TEXT    NOT NULL,
+    attempts     INTEGER NOT NULL,
+    run_after    INTEGER NOT NULL,
+    lease_until  INTEGER,
+    token        BLOB,
+    last_error   TEXT,
+    history      TEXT    NOT NULL,
+    dedupe_until INTEGER NOT NULL,
+    UNIQUE (source, event_id)
+);
+CREATE INDEX IF NOT EXISTS inbox_jobs_due ON inbox_jobs (state, run_after);
+CREATE INDEX IF NOT EXISTS inbox_jobs_lease ON inbox_jobs (state, lease_until);
+";
+
+const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, last_error, token";
+const INFO_COLUMNS: &str = "id, source, event_id, payload, state, attempts, last_error, history";
+
+/// A [`Queue`] in one SQLite file: WAL, full synchronous commits, so a job
+/// acknowledged as enqueued survives a crash of the process or the machine.
+///
+/// Deadlines are kept on the local clock (the database is embedded, so its
+/// clock is this machine's). Operations run one at a time on one
+/// connection, off the async threads.
+#[derive(Debug, Clone)]
+pub struct SqliteQueue {
+    conn: Arc<Mutex<Connection>>,
+    retention: Duration,
+}
+
+impl SqliteQueue {
+    /// Opens (creating if needed) the queue in the file at `path`.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteQueue, QueueError> {
+        let path = path.as_ref().to_owned();
+        let conn = tokio::task::spawn_blocking(move || {
+            let conn = Connection::open(path)?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn.busy_timeout(Duration::from_secs(5))?;
+            Ok::<_, rusqlite::Error>(conn)
+        })
+        .await
+        .map_err(backend)?
+        .map_err(backend)?;
+        let queue = SqliteQueue {
+            conn: Arc::new(Mutex::new(conn)),
+            retention: DEFAULT_RETENTION,
+        };
+        queue.migrate().await?;
+        Ok(queue)
+    }
+
+    /// How long a completed event is remembered (default three days).
+    pub fn with_retention(mut self, retention: Duration) -> SqliteQueue {
+        self.retention = retention;
+        self
+    }
+
+    /// Creates the table and indexes if they are missing; safe to call again.
+    pub async fn migrate(&self) -> Result<(), QueueError> {
+        self.run(|conn| conn.execute_batch(SCHEMA)).await
+    }
+
+    async fn run<T, F>(&self, f: F) -> Result<T, QueueError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            // A panic while holding the lock cannot leave a half-applied
+            // statement: SQLite rolls back what was not committed.
+            let mut conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(backend)?
+        .map_err(backend)
+    }
+
+    /// Runs `sql` on the job when `job`'s token still holds it. The
+    /// statement's parameters are ?1 the id, ?2 the token, ?3 now, then
+    /// `extra`.
+    async fn fenced(
+        &self,
+        job: &Job,
+        sql: &'static str,
+        extra: Vec<rusqlite::types::Value>,
+    ) -> Result<Settle, QueueError> {
+        let id = parse_id(&job.id);
+        let token = job.token.as_bytes().to_vec();
+        let changed = self
+            .run(move |conn| {
+                let mut values: Vec<rusqlite::types::Value> =
+                    vec![id.into(), token.into(), now_ms().into()];
+                values.extend(extra);
+                conn.execute(sql, rusqlite::params_from_iter(values))
+            })
+            .await?;
+        Ok(if changed == 1 {
+            Settle::Applied
+        } else {
+            Settle::LeaseLost
+        })
+    }
+}
+
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> QueueError {
+    QueueError::Backend {
+        backend: BACKEND,
+        source: Box::new(e),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
+/// A job id this backend issued; any other text names no job.
+fn parse_id(id: &JobId) -> i64 {
+    id.as_str().parse().unwrap_or(-1)
+}
+
+fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
+    Ok(Job {
+        id: JobId::new(row.get::<_, i64>(0)?.to_string()),
+        source: row.get(1)?,
+        event_id: row.get(2)?,
+        payload: row.get(3)?,
+        attempts: row.get(4)?,
+        last_error: row.get(5)?,
+        token: Token::from_bytes(row.get::<_, Vec<u8>>(6)?),
+    })
+}
+
+type InfoRow = (
+    i64,
+    String,
+    String,
+    Vec<u8>,
+    String,
+    u32,
+    Option<String>,
+    String,
+);
+
+fn info_row(row: &Row<'_>) -> rusqlite::Result<InfoRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+    ))
+}
+
+fn info(row: InfoRow) -> Result<JobInfo, QueueError> {
+    let (id, source, event_id, payload, state, attempts, last_error, history) = row;
+    Ok(JobInfo {
+        id: JobId::new(id.to_string()),
+        source,
+        event_id,
+        payload,
+        state: decode_state(BACKEND, &state)?,
+        attempts,
+        last_error,
+        history: decode_history(BACKEND, &history)?,
+    })
+}
+
+#[async_trait]
+impl Queue for SqliteQueue {
+    async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
+        let retention = millis(self.retention);
+        self.run(move |conn| {
+            let tx = conn.transaction()?;
+            let now = now_ms();
+            // A completed job past its retention is forgotten: the event
+            // starts over in the same row.
+            let inserted: Option<i64> = tx
+                .query_row(
+                    "INSERT INTO inbox_jobs
+                         (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
+                     VALUES (?1, ?2, ?3, 'pending', 0, ?4 + ?5, '[]', ?4 + ?6)
+                     ON CONFLICT (source, event_id) DO UPDATE SET
+                         payload = excluded.payload, state = 'pending', attempts = 0,
+                         run_after = excluded.run_after, lease_until = NULL, token = NULL,
+                         last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
+                     WHERE inbox_jobs.state = 'done' AND inbox_jobs.dedupe_until <= ?4
+                     RETURNING id",
+                    params![job.source, job.event_id, job.payload, now, millis(job.delay), retention],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let enqueued = match inserted {
+                Some(id) => Enqueued::New(JobId::new(id.to_string())),
+                None => {
+                    let id: i64 = tx.query_row(
+                        "SELECT id FROM inbox_jobs WHERE source = ?1 AND event_id = ?2",
+                        params![job.source, job.event_id],
+                        |row| row.get(0),
+                    )?;
+                    Enqueued::Duplicate(JobId::new(id.to_string()))
+                }
+            };
+            tx.commit()?;
+            Ok(enqueued)
+        })
+        .await
+    }
+
+    async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Job>, QueueError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        let lease = millis(lease);
+        self.run(move |conn| {
+            let now = now_ms();
+            let mut stmt = conn.prepare_cached(&format!(
+                "UPDATE inbox_jobs
+                 SET state = 'running', attempts = attempts + 1, token = randomblob(16),
+                     lease_until = ?1 + ?2
+                 WHERE id IN (
+                     SELECT id FROM inbox_jobs
+                     WHERE (state = 'pending' AND run_after <= ?1)
+                        OR (state = 'running' AND lease_until <= ?1)
+                     ORDER BY run_after, id LIMIT ?3)
+                 RETURNING {JOB_COLUMNS}"
+            ))?;
+            let jobs = stmt
+                .query_map(params![now, lease, max], job_from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(jobs)
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, job: &Job, lease: Duration) -> Result<Settle, QueueError> {
+        self.fenced(
+            job,
+            "UPDATE inbox_jobs SET lease_until = ?3 + ?4
+             WHERE id = ?1 AND token = ?2 AND state = 'running'",
+            vec![millis(lease).into()],
+        )
+        .await
+    }
+
+    async fn complete(&self, job: &Job) -> Result<Settle, QueueError> {
+        self.fenced(
+            job,
+            // A done job's run_after says when it completed.
+            "UPDATE inbox_jobs SET state = 'done', token = NULL, lease_until = NULL, run_after = ?3
+             WHERE id = ?1 AND token = ?2 AND state = 'running'",
+            Vec::new(),
+        )
+        .await
+    }
+
+    async fn retry(&self, job: &Job, delay: Duration, error: &str) -> Result<Settle, QueueError> {
+        self.fenced(
+            job,
+            "UPDATE inbox_jobs
+             SET state = 'pending', token = NULL, lease_until = NULL, run_after = ?3 + ?5,
+                 last_error = ?4,
+                 history = json_insert(history, '$[#]',
+                     json_object('attempt', attempts, 'error', ?4, 'at_ms', ?3))
+             WHERE id = ?1 AND token = ?2 AND state = 'running'",
+            vec![error.to_owned().into(), millis(delay).into()],
+        )
+        .await
+    }
+
+    async fn release(&self, job: &Job) -> Result<Settle, QueueError> {
+        self.fenced(
+            job,
+            "UPDATE inbox_jobs
+             SET state = 'pending', attempts = max(attempts - 1, 0), token = NULL,
+                 lease_until = NULL, run_after = ?3
+             WHERE id = ?1 AND token = ?2 AND state = 'running'",
+            Vec::new(),
+        )
+        .await
+    }
+
+    async fn dead_letter(&self, job: &Job, error: &str) -> Result<Settle, QueueError> {
+        self.fenced(
+            job,
+            "UPDATE inbox_jobs
+             SET state = 'dead', token = NULL, lease_until = NULL, last_error = ?4,
+                 history = json_insert(history, '$[#]',
+                     json_object('attempt', attempts, 'error', ?4, 'at_ms', ?3))
+             WHERE id = ?1 AND token = ?2 AND state = 'running'",
+            vec![error.to_owned().into()],
+        )
+        .await
+    }
+
+    async fn dead_letters(&self, limit: usize) -> Result<Vec<JobInfo>, QueueError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .run(move |conn| {
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {INFO_COLUMNS} FROM inbox_jobs WHERE state = 'dead' ORDER BY id LIMIT ?1"
+                ))?;
+                let rows = stmt
+                    .query_map(params![limit], info_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await?;
+        rows.into_iter().map(info).collect()
+    }
+
+    async fn inspect(&self, id: &JobId) -> Result<Option<JobInfo>, QueueError> {
+        let id = parse_id(id);
+        let row = self
+            .run(move |conn| {
+                conn.query_row(
+                    &format!("SELECT {INFO_COLUMNS} FROM inbox_jobs WHERE id = ?1"),
+                    params![id],
+                    info_row,
+                )
+                .optional()
+            })
+            .await?;
+        row.map(info).transpose()
+    }
+
+    async fn requeue(&self, id: &JobId) -> Result<bool, QueueError> {
+        let id = parse_id(id);
+        let changed = self
+            .run(move |conn| {
+                conn.execute(
+                    "UPDATE inbox_jobs SET state = 'pending', attempts = 0, run_after = ?2
+                     WHERE id = ?1 AND state = 'dead'",
+                    params![id, now_ms()],
+                )
+            })
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, QueueError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let deleted = self
+            .run(move |conn| {
+                conn.execute(
+                    "DELETE FROM inbox_jobs WHERE id IN (
+                         SELECT id FROM inbox_jobs
+                         WHERE state = 'done' AND dedupe_until <= ?1 LIMIT ?2)",
+                    params![now_ms(), limit],
+                )
+            })
+            .await?;
+        Ok(deleted as u64)
+    }
+}

@@ -1,0 +1,379 @@
+//! The worker: claims jobs, runs the handler under idem's `execute`, and
+//! settles each job as done, retried later, or dead-lettered.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::{validate_client_key, Error as IdemError, Idempotent};
+use sha2::{Digest, Sha256};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::backoff::Backoff;
+use crate::handler::{Event, Handler, HandlerError};
+use crate::queue::{Job, Queue, QueueError};
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// Jobs handled at once (default 8).
+    pub concurrency: usize,
+    /// The queue lease of a claimed job, renewed every third of it while the
+    /// handler runs (default 60 s).
+    pub lease: Duration,
+    /// Attempts before a job goes to the dead letters (default 8).
+    pub max_attempts: u32,
+    /// The wait between failed attempts.
+    pub backoff: Backoff,
+    /// How long to wait between claims when the queue is empty (default
+    /// 200 ms).
+    pub poll: Duration,
+    /// On shutdown, how long in-flight jobs may finish before they are
+    /// released (default 30 s).
+    pub grace: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> WorkerConfig {
+        WorkerConfig {
+            concurrency: 8,
+            lease: Duration::from_secs(60),
+            max_attempts: 8,
+            backoff: Backoff::default(),
+            poll: Duration::from_millis(200),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Sets [`concurrency`](WorkerConfig::concurrency) (at least 1).
+    pub fn with_concurrency(mut self, n: usize) -> WorkerConfig {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Sets [`lease`](WorkerConfig::lease).
+    pub fn with_lease(mut self, lease: Duration) -> WorkerConfig {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets [`max_attempts`](WorkerConfig::max_attempts) (at least 1).
+    pub fn with_max_attempts(mut self, n: u32) -> WorkerConfig {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Sets [`backoff`](WorkerConfig::backoff).
+    pub fn with_backoff(mut self, backoff: Backoff) -> WorkerConfig {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`poll`](WorkerConfig::poll).
+    pub fn with_poll(mut self, poll: Duration) -> WorkerConfig {
+        self.poll = poll;
+        self
+    }
+
+    /// Sets [`grace`](WorkerConfig::grace).
+    pub fn with_grace(mut self, grace: Duration) -> WorkerConfig {
+        self.grace = grace;
+        self
+    }
+}
+
+/// How one job ended in this worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler succeeded (or its recorded success replayed); the job is
+    /// done.
+    Completed,
+    /// It failed and was put back, due after a delay.
+    Retried,
+    /// It went to the dead letters.
+    DeadLettered,
+    /// Shutdown released it unfinished.
+    Released,
+    /// Another worker claimed it meanwhile; this one's settle changed
+    /// nothing.
+    LeaseLost,
+}
+
+/// Claims jobs from a [`Queue`] and runs a [`Handler`] on each under
+/// idem's `execute`, keyed by (source, event id).
+///
+/// * At most [`concurrency`](WorkerConfig::concurrency) handlers run at
+///   once; the worker claims only as many jobs as it has room for.
+/// * The queue lease is renewed while the handler runs; idem's own lease
+///   on the event's key is renewed by `execute`.
+/// * `Ok` completes the job. A redelivered job whose handler already
+///   succeeded (the worker died between the handler and the completion)
+///   replays the recorded success and completes without running again.
+/// * A retryable error puts the job back after [`Backoff`] (or the error's
+///   `Retry-After`); a permanent error, an event whose payload changed under
+///   the same id, or a job out of attempts goes to the dead letters with its
+///   history.
+///
+/// The [`Idempotent`]'s retention should outlast the longest span over
+/// which a job is retried, or a late retry runs the handler afresh.
+pub struct Worker {
+    queue: Arc<dyn Queue>,
+    idem: Idempotent,
+    handler: Arc<dyn Handler>,
+    config: WorkerConfig,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("queue", &self.queue)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker over `queue`, recording outcomes with `idem`, running
+    /// `handler`.
+    pub fn new(queue: Arc<dyn Queue>, idem: Idempotent, handler: impl Handler) -> Worker {
+        Worker {
+            queue,
+            idem,
+            handler: Arc::new(handler),
+            config: WorkerConfig::default(),
+        }
+    }
+
+    /// Runs with `config`.
+    pub fn with_config(mut self, config: WorkerConfig) -> Worker {
+        self.config = config;
+        self
+    }
+
+    /// Runs until `shutdown` resolves, then stops claiming, gives in-flight
+    /// jobs the [grace](WorkerConfig::grace) to finish, releases the rest,
+    /// and returns. A queue failure while claiming is retried after the
+    /// poll interval; it does not stop the worker.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            while tasks.try_join_next().is_some() {}
+            let free = permits.available_permits();
+            let claimed = if free == 0 {
+                Ok(Vec::new())
+            } else {
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    claimed = self.queue.claim(free, self.config.lease) => claimed,
+                }
+            };
+            let jobs = match claimed {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming jobs failed; trying again");
+                    Vec::new()
+                }
+            };
+            if jobs.is_empty() {
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(self.config.poll) => {}
+                    // A finished job frees room to claim.
+                    Some(_) = tasks.join_next(), if free == 0 => {}
+                }
+                continue;
+            }
+            for job in jobs {
+                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                    // Cannot happen: no more than `free` jobs were claimed.
+                    let _ = self.queue.release(&job).await;
+                    continue;
+                };
+                let ctx = JobContext {
+                    queue: Arc::clone(&self.queue),
+                    idem: self.idem.clone(),
+                    handler: Arc::clone(&self.handler),
+                    config: self.config.clone(),
+                    stop: stop_rx.clone(),
+                };
+                tasks.spawn(async move {
+                    let outcome = ctx.process(job).await;
+                    drop(permit);
+                    outcome
+                });
+            }
+        }
+        // Let in-flight jobs finish within the grace, then release the rest.
+        let drained = tokio::time::timeout(self.config.grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            let _ = stop_tx.send(true);
+            while tasks.join_next().await.is_some() {}
+        }
+    }
+
+    /// Claims and handles one batch of up to `max` jobs, waiting for each to
+    /// settle; returns what became of each. For tests and tools that drive
+    /// the queue step by step.
+    pub async fn run_once(&self, max: usize) -> Result<Vec<Outcome>, QueueError> {
+        let jobs = self.queue.claim(max, self.config.lease).await?;
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let ctx = JobContext {
+                queue: Arc::clone(&self.queue),
+                idem: self.idem.clone(),
+                handler: Arc::clone(&self.handler),
+                config: self.config.clone(),
+                stop: stop_rx.clone(),
+            };
+            outcomes.push(ctx.process(job).await?);
+        }
+        Ok(outcomes)
+    }
+}
+
+/// The idem client key an event is handled under, within the scope of its
+/// source: the event id when it is a valid key, else `sha256:` and the hex
+/// digest of the id.
+pub fn event_key(event_id: &str) -> String {
+    if validate_client_key(event_id).is_ok() && !event_id.starts_with("sha256:") {
+        event_id.to_owned()
+    } else {
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(event_id.as_bytes()))
+        )
+    }
+}
+
+/// Runs `handler` for the event under `idem`, as a worker does: scoped to
+/// the source, keyed by [`event_key`], fingerprinted by the payload.
+pub async fn handle_once(
+    idem: &Idempotent,
+    handler: &dyn Handler,
+    event: &Event,
+) -> Result<(), IdemError<HandlerError>> {
+    // The fingerprint is the payload's digest: the same event id with
+    // another payload is a mismatch, not a replay.
+    let body = hex::encode(Sha256::digest(&event.payload));
+    idem.scoped(event.source.clone())
+        .execute(&event_key(&event.id), &body, || handler.handle(event))
+        .await
+}
+
+struct JobContext {
+    queue: Arc<dyn Queue>,
+    idem: Idempotent,
+    handler: Arc<dyn Handler>,
+    config: WorkerConfig,
+    stop: watch::Receiver<bool>,
+}
+
+/// What to do with a job once its run ended.
+enum Verdict {
+    Complete,
+    Retry { delay: Duration, error: String },
+    Dead(String),
+}
+
+impl JobContext {
+    async fn process(mut self, job: Job) -> Result<Outcome, QueueError> {
+        if job.attempts > self.config.max_attempts {
+            // Claimed once too often: earlier holders crashed or stalled
+            // past their lease without settling.
+            let error = format!(
+                "gave up after {} attempts; last error: {}",
+                job.attempts - 1,
+                job.last_error
+                    .as_deref()
+                    .unwrap_or("none (a worker stopped mid-job or overran its lease)")
+            );
+            return self.settle(&job, Verdict::Dead(error)).await;
+        }
+        let event = Event::of_job(&job);
+        let run = handle_once(&self.idem, &*self.handler, &event);
+        let mut run = std::pin::pin!(run);
+        let mut beat = tokio::time::interval(self.config.lease / 3);
+        beat.tick().await;
+        let result = loop {
+            tokio::select! {
+                result = &mut run => break result,
+                _ = beat.tick() => {
+                    // A lost queue lease is not a reason to stop: the idem
+                    // lease still fences the handler, and the new holder
+                    // will replay this run's outcome.
+                    if let Err(e) = self.queue.heartbeat(&job, self.config.lease).await {
+                        tracing::warn!(job = %job.id, error = %e, "heartbeat failed");
+                    }
+                }
+                Ok(()) = self.stop.changed() => {
+                    if *self.stop.borrow() {
+                        // Past the grace: give the job back. Dropping the
+                        // run leaves its idem record in flight until its
+                        // lease lapses, so the next holder cannot repeat a
+                        // half-done effect early.
+                        return Ok(match self.queue.release(&job).await?.is_applied() {
+                            true => Outcome::Released,
+                            false => Outcome::LeaseLost,
+                        });
+                    }
+                }
+            }
+        };
+        let verdict = match result {
+            Ok(()) => Verdict::Complete,
+            Err(IdemError::Work(e)) if e.is_permanent() => Verdict::Dead(e.to_string()),
+            Err(IdemError::Work(e)) => self.retry_or_dead(&job, e.retry_after(), e.to_string()),
+            Err(IdemError::InProgress { retry_after }) => Verdict::Retry {
+                // Another worker runs this event now (its queue lease lapsed
+                // while it kept going); look again once its lease would end.
+                delay: retry_after,
+                error: "another worker is handling this event".to_owned(),
+            },
+            Err(e @ (IdemError::Mismatch | IdemError::InvalidKey(_) | IdemError::Decode(_))) => {
+                Verdict::Dead(e.to_string())
+            }
+            Err(e) => self.retry_or_dead(&job, None, e.to_string()),
+        };
+        self.settle(&job, verdict).await
+    }
+
+    fn retry_or_dead(&self, job: &Job, retry_after: Option<Duration>, error: String) -> Verdict {
+        if job.attempts >= self.config.max_attempts {
+            return Verdict::Dead(error);
+        }
+        let delay = retry_after.unwrap_or_else(|| self.config.backoff.delay(job.attempts));
+        Verdict::Retry { delay, error }
+    }
+
+    async fn settle(&self, job: &Job, verdict: Verdict) -> Result<Outcome, QueueError> {
+        let (settle, outcome) = match verdict {
+            Verdict::Complete => (self.queue.complete(job).await?, Outcome::Completed),
+            Verdict::Retry { delay, error } => (
+                self.queue.retry(job, delay, &error).await?,
+                Outcome::Retried,
+            ),
+            Verdict::Dead(error) => (
+                self.queue.dead_letter(job, &error).await?,
+                Outcome::DeadLettered,
+            ),
+        };
+        Ok(if settle.is_applied() {
+            outcome
+        } else {
+            Outcome::LeaseLost
+        })
+    }
+}

@@ -1,0 +1,163 @@
+//! What the test binaries share: finding PostgreSQL, unique table names,
+//! guards that drop them, SQLite queues in temp files.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idem_inbox::queue::{Enqueued, NewJob, PostgresQueue, Queue, SqliteQueue};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::Connection;
+
+/// The server under test: `IDEM_POSTGRES_URL`, or the local one.
+pub fn postgres_url() -> String {
+    std::env::var("IDEM_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".to_owned())
+}
+
+/// A pool on the server under test, or `None` (with the reason printed)
+/// when it cannot be reached. Under `CI` an unreachable server fails.
+pub async fn postgres_pool(size: u32) -> Option<PgPool> {
+    let url = postgres_url();
+    let probe = match PgConnection::connect(&url).await {
+        Ok(conn) => conn.close().await,
+        Err(e) => Err(e),
+    };
+    let pool = match probe {
+        Ok(()) => {
+            PgPoolOptions::new()
+                .max_connections(size)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect(&url)
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    match pool {
+        Ok(pool) => Some(pool),
+        Err(e) if std::env::var_os("CI").is_some() => {
+            panic!("PostgreSQL at {url} is unreachable and CI is set: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: PostgreSQL at {url} is unreachable ({e}); set IDEM_POSTGRES_URL");
+            None
+        }
+    }
+}
+
+/// A table name no other test or process uses.
+pub fn unique_table(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Drops a table when dropped, over a connection of its own on a thread of
+/// its own: `Drop` cannot await, and blocking the test's runtime from
+/// inside it would deadlock.
+#[derive(Debug)]
+pub struct DropTable(pub String);
+
+impl Drop for DropTable {
+    fn drop(&mut self) {
+        let statement = format!("DROP TABLE IF EXISTS {}", self.0);
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the cleanup");
+            runtime.block_on(async {
+                let mut conn = PgConnection::connect(&postgres_url()).await?;
+                sqlx::query(&statement).execute(&mut conn).await?;
+                conn.close().await
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop a test table: {e}");
+        }
+    }
+}
+
+/// A migrated queue on a fresh table of `pool`, and the guard dropping it.
+pub async fn postgres_queue(pool: PgPool) -> (PostgresQueue, DropTable) {
+    let table = unique_table("inbox_q");
+    let queue = PostgresQueue::from_pool(pool)
+        .with_table(&table)
+        .expect("a valid table name");
+    let guard = DropTable(table);
+    queue.migrate().await.expect("migrate");
+    (queue, guard)
+}
+
+/// A queue in a temp file, and the directory that removes it.
+pub async fn sqlite_queue() -> (SqliteQueue, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let queue = SqliteQueue::open(dir.path().join("inbox.db"))
+        .await
+        .expect("open the queue");
+    (queue, dir)
+}
+
+/// A completed event stays a duplicate until its retention (300 ms here)
+/// passes, then may come again as a new job in the same row. `queue` must
+/// have been built with a 300 ms retention.
+pub async fn completed_event_is_forgotten_only_after_its_retention(queue: &dyn Queue) {
+    let first = queue
+        .enqueue(NewJob::new("s", "e", b"1".to_vec()))
+        .await
+        .unwrap();
+    let job = queue
+        .claim(1, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(queue.complete(&job).await.unwrap().is_applied());
+    assert_eq!(queue.purge_expired(100).await.unwrap(), 0);
+    let early = queue
+        .enqueue(NewJob::new("s", "e", b"2".to_vec()))
+        .await
+        .unwrap();
+    assert!(matches!(early, Enqueued::Duplicate(_)));
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let late = queue
+        .enqueue(NewJob::new("s", "e", b"3".to_vec()))
+        .await
+        .unwrap();
+    assert!(matches!(late, Enqueued::New(_)), "{late:?}");
+    assert_eq!(late.id(), first.id());
+    let again = queue.claim(1, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again[0].payload, b"3");
+    assert_eq!(again[0].attempts, 1);
+}
+
+/// Purge deletes completed jobs past retention (100 ms here), up to its
+/// limit, and nothing else.
+pub async fn purge_deletes_only_completed_jobs_past_retention(queue: &dyn Queue) {
+    for n in 0..5 {
+        queue
+            .enqueue(NewJob::new("s", n.to_string(), Vec::new()))
+            .await
+            .unwrap();
+    }
+    for job in queue.claim(3, Duration::from_secs(30)).await.unwrap() {
+        assert!(queue.complete(&job).await.unwrap().is_applied());
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(queue.purge_expired(2).await.unwrap(), 2);
+    assert_eq!(queue.purge_expired(100).await.unwrap(), 1);
+    assert_eq!(
+        queue
+            .claim(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}

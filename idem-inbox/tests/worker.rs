@@ -1,0 +1,519 @@
+//! The worker over a real SQLite queue: each event's effect once, replays
+//! after a crash, backoff, Retry-After, dead letters, concurrency, shutdown.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_core::{Idempotent, MemoryStore};
+use idem_inbox::queue::{JobState, NewJob, Queue};
+use idem_inbox::worker::handle_once;
+use idem_inbox::{Backoff, Event, HandlerError, Outcome, Worker, WorkerConfig};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+fn fast() -> WorkerConfig {
+    WorkerConfig::default()
+        .with_lease(Duration::from_secs(5))
+        .with_poll(Duration::from_millis(10))
+        .with_backoff(Backoff::new(
+            Duration::from_millis(5),
+            Duration::from_millis(20),
+        ))
+}
+
+/// Effects made, per event id.
+#[derive(Clone, Default)]
+struct Effects(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Effects {
+    fn make(&self, id: &str) {
+        *self.0.lock().unwrap().entry(id.to_owned()).or_default() += 1;
+    }
+    fn count(&self, id: &str) -> u32 {
+        self.0.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+    fn total(&self) -> u32 {
+        self.0.lock().unwrap().values().sum()
+    }
+    fn max(&self) -> u32 {
+        self.0.lock().unwrap().values().copied().max().unwrap_or(0)
+    }
+}
+
+async fn until_settled(queue: &dyn Queue, ids: &[idem_inbox::queue::JobId]) {
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut all = true;
+        for id in ids {
+            let state = queue.inspect(id).await.unwrap().unwrap().state;
+            all &= matches!(state, JobState::Done | JobState::Dead);
+        }
+        if all {
+            return;
+        }
+        assert!(Instant::now() < give_up, "jobs did not settle in time");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_makes_its_effect_once_despite_duplicates() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        for _ in 0..3 {
+            let e = queue
+                .enqueue(NewJob::new("test", format!("evt-{n}"), vec![n]))
+                .await
+                .unwrap();
+            ids.push(e.id().clone());
+        }
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 40);
+    let effects = Effects::default();
+    let seen = effects.clone();
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |e: Event| {
+            let seen = seen.clone();
+            async move {
+                seen.make(&e.id);
+                Ok(())
+            }
+        },
+    )
+    .with_config(fast().with_concurrency(4));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    until_settled(&*queue, &ids).await;
+    stop.send(()).unwrap();
+    running.await.unwrap();
+    assert_eq!(effects.total(), 40);
+    assert_eq!(effects.max(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_job_replays_instead_of_repeating_its_effect() {
+    // Pins the crash window between the handler's success and the queue's
+    // completion: the next delivery must replay, not run again.
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let idem = Idempotent::new(MemoryStore::new());
+    let effects = Effects::default();
+    let seen = effects.clone();
+    let handler = move |e: Event| {
+        let seen = seen.clone();
+        async move {
+            seen.make(&e.id);
+            Ok(())
+        }
+    };
+    queue
+        .enqueue(NewJob::new("gh", "delivery-1", b"{}".to_vec()))
+        .await
+        .unwrap();
+    let crashed = queue
+        .claim(1, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .remove(0);
+    let event = Event::of_job(&crashed);
+    handle_once(&idem, &handler, &event).await.unwrap();
+    assert_eq!(effects.count("delivery-1"), 1);
+    // The worker died here, holding the job; its queue lease lapses.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let worker = Worker::new(Arc::clone(&queue), idem, handler).with_config(fast());
+    assert_eq!(worker.run_once(10).await.unwrap(), [Outcome::Completed]);
+    assert_eq!(effects.count("delivery-1"), 1, "the effect was repeated");
+    assert_eq!(
+        queue.inspect(&crashed.id).await.unwrap().unwrap().state,
+        JobState::Done
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_failures_retry_then_dead_letter_with_their_history() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let id = queue
+        .enqueue(NewJob::new("s", "e", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |e: Event| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Err(HandlerError::retryable(format!(
+                    "upstream 503 on attempt {}",
+                    e.attempt
+                )))
+            }
+        },
+    )
+    .with_config(fast().with_max_attempts(3));
+    let mut outcomes = Vec::new();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while outcomes.len() < 3 && Instant::now() < give_up {
+        outcomes.extend(worker.run_once(1).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        outcomes,
+        [Outcome::Retried, Outcome::Retried, Outcome::DeadLettered]
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let dead = queue.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, id);
+    let errors: Vec<_> = dead[0].history.iter().map(|a| a.error.as_str()).collect();
+    assert_eq!(
+        errors,
+        [
+            "upstream 503 on attempt 1",
+            "upstream 503 on attempt 2",
+            "upstream 503 on attempt 3"
+        ]
+    );
+    // Requeued from the dead letters, it runs again.
+    assert!(queue.requeue(&id).await.unwrap());
+    assert_eq!(worker.run_once(1).await.unwrap(), [Outcome::Retried]);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_dead_lettered_at_once() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    queue
+        .enqueue(NewJob::new("s", "e", Vec::new()))
+        .await
+        .unwrap();
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        |_e: Event| async { Err(HandlerError::permanent("unknown event type")) },
+    )
+    .with_config(fast());
+    assert_eq!(worker.run_once(1).await.unwrap(), [Outcome::DeadLettered]);
+    let dead = queue.dead_letters(10).await.unwrap();
+    assert_eq!(dead[0].last_error.as_deref(), Some("unknown event type"));
+    assert_eq!(dead[0].attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_from_the_handler_is_honoured() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    queue
+        .enqueue(NewJob::new("s", "e", Vec::new()))
+        .await
+        .unwrap();
+    let asked = Duration::from_millis(400);
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |e: Event| async move {
+            if e.attempt == 1 {
+                Err(HandlerError::retryable("429").with_retry_after(asked))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .with_config(fast());
+    let began = Instant::now();
+    assert_eq!(worker.run_once(1).await.unwrap(), [Outcome::Retried]);
+    loop {
+        let outcomes = worker.run_once(1).await.unwrap();
+        if !outcomes.is_empty() {
+            assert_eq!(outcomes, [Outcome::Completed]);
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the retry never came"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        began.elapsed() >= asked,
+        "retried after {:?}, before the {asked:?} asked",
+        began.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_claimed_past_its_attempts_is_dead_lettered_without_running() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let id = queue
+        .enqueue(NewJob::new("s", "e", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    // Two workers die holding it.
+    for _ in 0..2 {
+        let _ = queue.claim(1, Duration::from_millis(50)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&calls);
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |_e: Event| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+    )
+    .with_config(fast().with_max_attempts(2));
+    assert_eq!(worker.run_once(1).await.unwrap(), [Outcome::DeadLettered]);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert!(info
+        .last_error
+        .unwrap()
+        .contains("gave up after 2 attempts"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_is_bounded_and_used() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let mut ids = Vec::new();
+    for n in 0..24 {
+        ids.push(
+            queue
+                .enqueue(NewJob::new("s", n.to_string(), Vec::new()))
+                .await
+                .unwrap()
+                .id()
+                .clone(),
+        );
+    }
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |_e: Event| {
+            let (r, p) = (Arc::clone(&r), Arc::clone(&p));
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+    )
+    .with_config(fast().with_concurrency(3));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    until_settled(&*queue, &ids).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        3,
+        "concurrency was not bounded at, or did not reach, 3"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_quick_jobs_and_releases_stuck_ones() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let quick = queue
+        .enqueue(NewJob::new("s", "quick", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    let stuck = queue
+        .enqueue(NewJob::new("s", "stuck", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    let started = Arc::new(AtomicUsize::new(0));
+    let release_quick = Arc::new(Notify::new());
+    let (s, rq) = (Arc::clone(&started), Arc::clone(&release_quick));
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |e: Event| {
+            let (s, rq) = (Arc::clone(&s), Arc::clone(&rq));
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                if e.id == "quick" {
+                    rq.notified().await;
+                    Ok(())
+                } else {
+                    std::future::pending().await
+                }
+            }
+        },
+    )
+    .with_config(
+        fast()
+            .with_concurrency(2)
+            .with_grace(Duration::from_millis(300)),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while started.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < give_up, "the jobs never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(()).unwrap();
+    release_quick.notify_one();
+    task.await.unwrap();
+    assert_eq!(
+        queue.inspect(&quick).await.unwrap().unwrap().state,
+        JobState::Done
+    );
+    let stuck = queue.inspect(&stuck).await.unwrap().unwrap();
+    assert_eq!(
+        stuck.state,
+        JobState::Pending,
+        "the stuck job was not released"
+    );
+    assert_eq!(stuck.attempts, 0, "a released job counted an attempt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_event_id_with_another_payload_is_dead_lettered_not_replayed() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let idem = Idempotent::new(MemoryStore::new());
+    let handler = |_e: Event| async { Ok(()) };
+    let first = Event::new("s", "e", b"one".to_vec());
+    handle_once(&idem, &handler, &first).await.unwrap();
+    queue
+        .enqueue(NewJob::new("s", "e", b"two".to_vec()))
+        .await
+        .unwrap();
+    let worker = Worker::new(Arc::clone(&queue), idem, handler).with_config(fast());
+    assert_eq!(worker.run_once(1).await.unwrap(), [Outcome::DeadLettered]);
+}
+
+#[test]
+fn event_keys_are_valid_idem_keys_and_distinct() {
+    use idem_inbox::worker::event_key;
+    assert_eq!(event_key("evt_123"), "evt_123");
+    let odd = event_key("évènement 1");
+    assert!(odd.starts_with("sha256:"));
+    assert!(idem_core::validate_client_key(&odd).is_ok());
+    assert_ne!(
+        event_key("sha256:abc"),
+        "sha256:abc",
+        "a hashed form could be forged"
+    );
+    assert!(idem_core::validate_client_key(&event_key(&"x".repeat(300))).is_ok());
+    assert!(idem_core::validate_client_key(&event_key("")).is_ok());
+}
+
+#[test]
+fn backoff_is_full_jitter_under_a_doubling_ceiling_and_a_cap() {
+    let b = Backoff::default();
+    assert_eq!(b.ceiling(1), Duration::from_secs(120));
+    assert_eq!(b.ceiling(3), Duration::from_secs(480));
+    assert_eq!(b.ceiling(20), Duration::from_secs(6 * 3600));
+    assert_eq!(b.ceiling(u32::MAX), Duration::from_secs(6 * 3600));
+    let delays: Vec<_> = (0..500).map(|_| b.delay(2)).collect();
+    assert!(delays.iter().all(|d| *d <= Duration::from_secs(240)));
+    // Full jitter: spread over the whole range, not clustered at the top.
+    assert!(delays.iter().any(|d| *d < Duration::from_secs(60)));
+    assert!(delays.iter().any(|d| *d > Duration::from_secs(180)));
+    assert_eq!(
+        Backoff::new(Duration::ZERO, Duration::ZERO).delay(5),
+        Duration::ZERO
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let id = queue
+        .enqueue(NewJob::new("s", "slow", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    let runs = Arc::new(AtomicU32::new(0));
+    let idem = Idempotent::new(MemoryStore::new()).with_lease(Duration::from_millis(300));
+    let mut tasks = Vec::new();
+    let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+    for _ in 0..2 {
+        let counted = Arc::clone(&runs);
+        let worker = Worker::new(Arc::clone(&queue), idem.clone(), move |_e: Event| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+                Ok(())
+            }
+        })
+        .with_config(fast().with_lease(Duration::from_millis(300)));
+        let mut stopped = stop.subscribe();
+        tasks.push(tokio::spawn(async move {
+            worker
+                .run(async move {
+                    let _ = stopped.recv().await;
+                })
+                .await
+        }));
+    }
+    until_settled(&*queue, std::slice::from_ref(&id)).await;
+    stop.send(()).unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a heartbeating job was run twice"
+    );
+    let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Done, 1));
+}
