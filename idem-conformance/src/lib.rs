@@ -5,6 +5,8 @@
 #![forbid(unsafe_code)]
 
 pub mod cases;
+#[doc = include_str!("../CONTRACT.md")]
+pub mod contract {}
 mod fixture;
 mod list;
 mod runner;
