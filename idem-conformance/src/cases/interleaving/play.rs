@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use super::check::{violations, Answer, Evidence, Run};
 use super::recorder::{Recorder, CALLER};
-use super::schedule::{self, Act, Caller, Schedule, LEASE};
+use super::schedule::{self, Act, Caller, Schedule};
+use crate::settings::Interleavings;
 use crate::support::{NAMESPACE, POLL};
-use crate::Factory;
 
 /// How long a schedule's callers may take before the schedule counts as
 /// hung.
@@ -24,14 +24,27 @@ const RECOVERY: Duration = Duration::from_secs(1);
 
 type Runs = Arc<Mutex<Vec<Run>>>;
 
-/// Plays `schedule` on a fresh fixture; returns every broken invariant.
-pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<String> {
-    let fixture = factory.fixture().await;
-    let store = fixture.store();
+/// What playing one schedule found.
+pub(super) struct Played {
+    /// Every broken invariant.
+    pub(super) violations: Vec<String>,
+    /// Times the work started.
+    pub(super) executions: u64,
+}
+
+/// Plays schedule number `index` on `store`, under a key prefix of its own,
+/// with the lease and time scale of `settings`.
+pub(super) async fn schedule(
+    store: Arc<dyn Store>,
+    schedule: &Schedule,
+    settings: &Interleavings,
+    index: u64,
+) -> Played {
+    let namespace = format!("{NAMESPACE}-s{index}");
     let recorder = Arc::new(Recorder::new(Arc::clone(&store)));
     let idem = Idempotent::from_arc(recorder.clone())
-        .with_lease(LEASE)
-        .with_namespace(NAMESPACE);
+        .with_lease(settings.lease)
+        .with_namespace(&namespace);
     let keys: Vec<String> = (0..3u8)
         .map(|k| match idem.key(&format!("interleaved-{k}")) {
             Ok(key) => key.as_str().to_owned(),
@@ -43,10 +56,10 @@ pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<
     let began = Instant::now();
     let mut tasks = JoinSet::new();
     for (index, caller) in schedule.callers.iter().cloned().enumerate() {
-        let (idem, runs) = (idem.clone(), Arc::clone(&runs));
+        let (idem, runs, t) = (idem.clone(), Arc::clone(&runs), settings.clone());
         tasks.spawn(CALLER.scope(index, async move {
-            tokio::time::sleep_until(began + ms(caller.start_ms)).await;
-            (index, play(&idem, index, &caller, &runs).await)
+            tokio::time::sleep_until(began + t.at(caller.start_ms)).await;
+            (index, play(&idem, &t, index, &caller, &runs).await)
         }));
     }
     let mut answers = vec![Answer::Unexpected("no answer".to_owned()); schedule.callers.len()];
@@ -60,15 +73,20 @@ pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<
         }
     })
     .await;
+    let executions = runs.lock().unwrap_or_else(PoisonError::into_inner).len() as u64;
+    let played = |violations| Played {
+        violations,
+        executions,
+    };
     if collected.is_err() {
-        return vec![format!("the callers did not finish within {HUNG:?}")];
+        return played(vec![format!("the callers did not finish within {HUNG:?}")]);
     }
 
     let mut finals = Vec::new();
     for key in &keys {
         match store.load(key).await {
             Ok(record) => finals.push(record),
-            Err(e) => return vec![format!("load failed after the schedule: {e}")],
+            Err(e) => return played(vec![format!("load failed after the schedule: {e}")]),
         }
     }
     let runs = runs.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -82,19 +100,15 @@ pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<
     }));
     if found.is_empty() {
         let after = Idempotent::from_arc(store)
-            .with_lease(LEASE)
-            .with_namespace(NAMESPACE);
+            .with_lease(settings.lease)
+            .with_namespace(&namespace);
         for (k, last) in finals.iter().enumerate() {
             if let Some(record) = last {
                 found.extend(afterwards(&after, k, record).await);
             }
         }
     }
-    found
-}
-
-fn ms(n: u16) -> Duration {
-    Duration::from_millis(u64::from(n))
+    played(found)
 }
 
 /// Notes that `caller`'s work started on `key`.
@@ -109,38 +123,51 @@ fn started(runs: &Runs, caller: usize, key: u8) {
         .push(run);
 }
 
-/// How long a retrying caller waits after being told "in progress".
-const RETRY_AFTER: Duration = Duration::from_millis(60);
+/// How long a retrying caller waits after being told "in progress", in
+/// milliseconds against the 150 ms base lease.
+const RETRY_AFTER_MS: u16 = 60;
 
 /// One caller's part of the schedule: calls, and calls again while told
 /// the key is in progress and it has retries left.
-async fn play(idem: &Idempotent, index: usize, caller: &Caller, runs: &Runs) -> Answer {
+async fn play(
+    idem: &Idempotent,
+    t: &Interleavings,
+    index: usize,
+    caller: &Caller,
+    runs: &Runs,
+) -> Answer {
     let mut retries = caller.retries;
     loop {
-        match attempt(idem, index, caller, runs).await {
+        match attempt(idem, t, index, caller, runs).await {
             Answer::InProgress if retries > 0 => {
                 retries -= 1;
-                tokio::time::sleep(RETRY_AFTER).await;
+                tokio::time::sleep(t.at(RETRY_AFTER_MS)).await;
             }
             answer => return answer,
         }
     }
 }
 
-async fn attempt(idem: &Idempotent, index: usize, caller: &Caller, runs: &Runs) -> Answer {
+async fn attempt(
+    idem: &Idempotent,
+    t: &Interleavings,
+    index: usize,
+    caller: &Caller,
+    runs: &Runs,
+) -> Answer {
     let ran = AtomicBool::new(false);
     let result = match caller.act {
         Act::Stall { extra_ms, release } => {
-            return stall(idem, index, caller, runs, ms(extra_ms), release).await
+            return stall(idem, t, index, caller, runs, t.at(extra_ms), release).await
         }
         Act::Cancel { after_ms } => {
-            match tokio::time::timeout(ms(after_ms), execute(idem, index, caller, runs, &ran)).await
-            {
+            let call = execute(idem, t, index, caller, runs, &ran);
+            match tokio::time::timeout(t.at(after_ms), call).await {
                 Ok(result) => result,
                 Err(_) => return Answer::Cancelled,
             }
         }
-        _ => execute(idem, index, caller, runs, &ran).await,
+        _ => execute(idem, t, index, caller, runs, &ran).await,
     };
     let own = ran.load(Ordering::SeqCst);
     match result {
@@ -161,6 +188,7 @@ fn answer_for<E: std::fmt::Debug>(error: Error<E>) -> Answer {
 
 async fn execute(
     idem: &Idempotent,
+    t: &Interleavings,
     index: usize,
     caller: &Caller,
     runs: &Runs,
@@ -170,7 +198,7 @@ async fn execute(
     idem.execute_remembering(&caller.client_key(), &caller.body(), remember, || async {
         ran.store(true, Ordering::SeqCst);
         started(runs, index, caller.key);
-        tokio::time::sleep(ms(caller.work_ms)).await;
+        tokio::time::sleep(t.at(caller.work_ms)).await;
         match caller.act {
             Act::FailReleased => Err(schedule::failure(index, caller, false)),
             Act::FailRemembered => Err(schedule::failure(index, caller, true)),
@@ -185,6 +213,7 @@ async fn execute(
 /// without a heartbeat past its lease, then tries to complete.
 async fn stall(
     idem: &Idempotent,
+    t: &Interleavings,
     index: usize,
     caller: &Caller,
     runs: &Runs,
@@ -208,7 +237,7 @@ async fn stall(
         Err(e) => return answer_for(e),
     };
     started(runs, index, caller.key);
-    tokio::time::sleep(LEASE + extra).await;
+    tokio::time::sleep(t.lease + extra).await;
     if release {
         return match lease.release().await {
             Ok(()) => Answer::Released,
@@ -238,7 +267,7 @@ async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String>
     };
     let client_key = format!("interleaved-{k}");
     // Every caller is done, so whatever lease is left started before now.
-    let give_up = Instant::now() + LEASE + RECOVERY;
+    let give_up = Instant::now() + idem.lease() + RECOVERY;
     loop {
         let ran = AtomicBool::new(false);
         let result = idem
