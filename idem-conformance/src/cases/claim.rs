@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_core::{Insert, Record, State, Store, Token};
 use tokio::time::Instant;
 
-use crate::support::{claim, fp, in_flight, key, live, ok, settled, LONG, RETENTION};
+use crate::support::{claim, final_record, fp, in_flight, key, live, ok, settled, LONG, RETENTION};
 use crate::Factory;
 
 /// `insert` into an absent key stores the record and returns `Inserted`.
@@ -92,13 +92,7 @@ pub async fn insert_finds_a_failed_record(factory: &dyn Factory) {
 
 async fn insert_finds_a_final_record(store: &dyn Store, state: State) {
     let key = key(&format!("claim-{state:?}"));
-    let token = Token::random();
-    claim(store, &key, &in_flight(token, fp(1), LONG)).await;
-    let done = settled(token, fp(1), state, b"{\"id\":7}", RETENTION);
-    assert!(
-        ok(store.swap(&key, token, &done).await, "swap"),
-        "the owner could not record its outcome"
-    );
+    let token = final_record(store, &key, state, b"{\"id\":7}").await;
 
     match ok(
         store

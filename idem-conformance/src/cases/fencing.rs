@@ -7,8 +7,8 @@ use idem_core::{State, Store, Token};
 use tokio::time::Instant;
 
 use crate::support::{
-    claim, fp, in_flight, key, live, ok, pass, settled, until_lease_lapsed, LONG, PATIENCE, POLL,
-    RETENTION,
+    claim, final_record, fp, in_flight, key, live, ok, pass, settled, until_lease_lapsed, LONG,
+    PATIENCE, POLL, RETENTION,
 };
 use crate::Factory;
 
@@ -168,10 +168,7 @@ pub async fn take_over_of_a_failed_record_fails(factory: &dyn Factory) {
 
 async fn take_over_of_a_final_record_fails(store: &dyn Store, state: State) {
     let key = key(&format!("take-over-{state:?}"));
-    let owner = Token::random();
-    claim(store, &key, &in_flight(owner, fp(1), LONG)).await;
-    let done = settled(owner, fp(1), state, b"final", RETENTION);
-    assert!(ok(store.swap(&key, owner, &done).await, "swap"));
+    let owner = final_record(store, &key, state, b"final").await;
 
     assert!(
         !ok(

@@ -7,7 +7,8 @@ use idem_core::{State, Store, Token};
 use tokio::time::Instant;
 
 use crate::support::{
-    absent, claim, fp, in_flight, key, live, ok, pass, settled, short_lived, LONG, RETENTION,
+    absent, claim, final_record, fp, in_flight, key, live, ok, pass, settled, short_lived, LONG,
+    RETENTION,
 };
 use crate::Factory;
 
@@ -270,10 +271,7 @@ pub async fn remove_on_a_failed_record_changes_nothing(factory: &dyn Factory) {
 
 async fn remove_on_a_final_record_changes_nothing(store: &dyn Store, state: State) {
     let key = key(&format!("remove-{state:?}"));
-    let token = Token::random();
-    claim(store, &key, &in_flight(token, fp(1), LONG)).await;
-    let done = settled(token, fp(1), state, b"kept", RETENTION);
-    assert!(ok(store.swap(&key, token, &done).await, "swap"));
+    let token = final_record(store, &key, state, b"kept").await;
     assert!(
         !ok(store.remove(&key, token).await, "remove"),
         "a {state:?} record was removed"
