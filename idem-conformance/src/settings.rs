@@ -37,6 +37,10 @@ pub struct Interleavings {
     pub seed: Option<u64>,
     /// The most simplification steps spent shrinking a failure.
     pub shrink_iters: u32,
+    /// The index of the first schedule to play: schedule `n` of a seed is
+    /// the same whatever runs before it, so one failing schedule can be
+    /// played again alone.
+    pub first: u64,
 }
 
 /// The lease schedules are generated against; times scale from it.
@@ -65,6 +69,7 @@ impl Default for Interleavings {
             lease: BASE_LEASE,
             seed: None,
             shrink_iters: 16,
+            first: 0,
         }
     }
 }
@@ -84,6 +89,7 @@ impl Interleavings {
             seed: env("PROPTEST_RNG_SEED"),
             shrink_iters: env("PROPTEST_MAX_SHRINK_ITERS")
                 .map_or(defaults.shrink_iters, |n| n as u32),
+            first: 0,
         }
     }
 
@@ -102,6 +108,12 @@ impl Interleavings {
     /// With callers on `lease`.
     pub fn with_lease(mut self, lease: Duration) -> Interleavings {
         self.lease = lease.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Starting at schedule `first` of the seed's sequence.
+    pub fn with_first(mut self, first: u64) -> Interleavings {
+        self.first = first;
         self
     }
 

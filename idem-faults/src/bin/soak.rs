@@ -49,6 +49,9 @@ struct Args {
     /// The seed; a failure prints the one to pass here to replay it.
     #[arg(long)]
     seed: Option<u64>,
+    /// The index of the first schedule of the seed's sequence to play.
+    #[arg(long, default_value_t = 0)]
+    from: u64,
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 10)]
     every: u64,
@@ -60,7 +63,8 @@ async fn main() {
     let mut settings = Interleavings::from_env()
         .with_schedules(args.schedules)
         .with_at_once(args.at_once)
-        .with_lease(Duration::from_millis(args.lease_ms));
+        .with_lease(Duration::from_millis(args.lease_ms))
+        .with_first(args.from);
     if let Some(seed) = args.seed {
         settings = settings.with_seed(seed);
     }
@@ -77,7 +81,10 @@ async fn main() {
         let soaked = soak_one(name, &store.store, &settings, args.every).await;
         store.clean_up().await;
         if let Some(failure) = &soaked.failure {
-            println!("{name}: FAILED\n{failure}");
+            println!(
+                "{name}: FAILED\n{failure}\nplay it again alone: soak --stores {name} --seed {} --from {} --schedules 1 --lease-ms {}",
+                failure.seed, failure.index, args.lease_ms
+            );
             failed = true;
         }
         results.push((name.clone(), soaked));

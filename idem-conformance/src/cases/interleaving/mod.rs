@@ -72,7 +72,9 @@ pub struct SoakFailure {
     pub seed: u64,
     /// Which schedule of the run failed, from 0.
     pub index: u64,
-    /// What broke, in the smallest failing schedule found.
+    /// What broke when it first failed.
+    pub first_violations: Vec<String>,
+    /// What broke in the smallest failing schedule found.
     pub violations: Vec<String>,
     /// The smallest failing schedule found, as its callers.
     pub schedule: String,
@@ -82,9 +84,10 @@ impl fmt::Display for SoakFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "schedule {} broke the store's invariants (rerun with PROPTEST_RNG_SEED={}):\n  - {}\nsmallest failing schedule found: {}",
+            "schedule {} broke the store's invariants (rerun with PROPTEST_RNG_SEED={}):\n  - {}\nthe smallest failing schedule found:\n  - {}\n{}",
             self.index,
             self.seed,
+            self.first_violations.join("\n  - "),
             self.violations.join("\n  - "),
             self.schedule
         )
@@ -111,9 +114,9 @@ pub async fn soak(
         seed,
         ..Soak::default()
     };
-    let total = u64::from(settings.schedules);
+    let total = settings.first + u64::from(settings.schedules);
     let at_once = settings.at_once.max(1) as u64;
-    let mut next = 0;
+    let mut next = settings.first;
     while next < total {
         let batch: Vec<u64> = (next..total.min(next + at_once)).collect();
         next += batch.len() as u64;
@@ -123,7 +126,8 @@ pub async fn soak(
             let schedule = draw(seed, index).current();
             let (store, settings) = (fixture.store(), settings.clone());
             plays.spawn(async move {
-                let played = play::schedule(store, &schedule, &settings, index).await;
+                let name = format!("s{index}");
+                let played = play::schedule(store, &schedule, &settings, &name).await;
                 (index, schedule, played)
             });
         }
@@ -154,11 +158,13 @@ pub async fn soak(
         drop(fixture);
         soaked.elapsed = began.elapsed();
         if let Some((index, violations)) = failed {
-            let (schedule, violations) = shrink(factory, settings, seed, index, violations).await;
+            let (schedule, shrunk) =
+                shrink(factory, settings, seed, index, violations.clone()).await;
             soaked.failure = Some(SoakFailure {
                 seed,
                 index,
-                violations,
+                first_violations: violations,
+                violations: shrunk,
                 schedule: format!("{schedule:#?}"),
             });
             soaked.elapsed = began.elapsed();
@@ -202,7 +208,10 @@ async fn shrink(
         steps += 1;
         let candidate = tree.current();
         let fixture = factory.fixture().await;
-        let played = play::schedule(fixture.store(), &candidate, settings, index).await;
+        // A name of its own: the factory may hand out the store the failing
+        // run left its records in.
+        let name = format!("s{index}-shrink-{steps}");
+        let played = play::schedule(fixture.store(), &candidate, settings, &name).await;
         if played.violations.is_empty() {
             more = tree.complicate();
         } else {

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::check::{violations, Answer, Evidence, Run};
-use super::recorder::{Recorder, CALLER};
+use super::recorder::{Op, Recorder, CALLER};
 use super::schedule::{self, Act, Caller, Schedule};
 use crate::settings::Interleavings;
 use crate::support::{NAMESPACE, POLL};
@@ -32,15 +32,16 @@ pub(super) struct Played {
     pub(super) executions: u64,
 }
 
-/// Plays schedule number `index` on `store`, under a key prefix of its own,
-/// with the lease and time scale of `settings`.
+/// Plays `schedule` on `store` under the key prefix (namespace) `name`,
+/// which no other play on this store uses, with the lease and time scale
+/// of `settings`.
 pub(super) async fn schedule(
     store: Arc<dyn Store>,
     schedule: &Schedule,
     settings: &Interleavings,
-    index: u64,
+    name: &str,
 ) -> Played {
-    let namespace = format!("{NAMESPACE}-s{index}");
+    let namespace = format!("{NAMESPACE}-{name}");
     let recorder = Arc::new(Recorder::new(Arc::clone(&store)));
     let idem = Idempotent::from_arc(recorder.clone())
         .with_lease(settings.lease)
@@ -89,22 +90,28 @@ pub(super) async fn schedule(
             Err(e) => return played(vec![format!("load failed after the schedule: {e}")]),
         }
     }
+    let ops = recorder.ops();
     let runs = runs.lock().unwrap_or_else(PoisonError::into_inner).clone();
     found.extend(violations(&Evidence {
         schedule,
         keys: &keys,
         answers: &answers,
         runs: &runs,
-        ops: &recorder.ops(),
+        ops: &ops,
         finals: &finals,
     }));
     if found.is_empty() {
-        let after = Idempotent::from_arc(store)
+        let after = Idempotent::from_arc(Arc::clone(&store))
             .with_lease(settings.lease)
             .with_namespace(&namespace);
         for (k, last) in finals.iter().enumerate() {
             if let Some(record) = last {
-                found.extend(afterwards(&after, k, record).await);
+                let late = Late {
+                    store: &*store,
+                    key: &keys[k],
+                    ops: &ops,
+                };
+                found.extend(afterwards(&after, k, record, &late).await);
             }
         }
     }
@@ -258,7 +265,7 @@ async fn stall(
 /// Once every caller is done: a settled key replays its outcome byte for
 /// byte without running the work, and a key left in flight is recovered
 /// after its lease (nothing is lost).
-async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String> {
+async fn afterwards(idem: &Idempotent, k: usize, record: &Record, late: &Late<'_>) -> Vec<String> {
     let Some(body) = (0..2u8)
         .map(schedule::body)
         .find(|body| Fingerprint::of_json(body).ok() == Some(record.fingerprint))
@@ -288,11 +295,21 @@ async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String>
                 continue;
             }
             (Ok(_), State::InFlight) if ran => return Vec::new(),
+            (Ok(value), State::InFlight) => match late.landed().await {
+                Some(landed) if landed.state == State::Completed => {
+                    return replays(k, serde_json::to_vec(value), &landed)
+                }
+                _ => return lost(k, &result),
+            },
+            (Err(Error::Work(error)), State::InFlight) if !ran => match late.landed().await {
+                Some(landed) if landed.state == State::Failed => {
+                    return replays(k, serde_json::to_vec(error), &landed)
+                }
+                _ => return lost(k, &result),
+            },
             (Ok(value), State::Completed) if !ran => serde_json::to_vec(value),
             (Err(Error::Work(error)), State::Failed) if !ran => serde_json::to_vec(error),
-            (_, State::InFlight) => {
-                return vec![format!("key {k} was lost: left in flight, it was not recovered after its lease ({result:?})")]
-            }
+            (_, State::InFlight) => return lost(k, &result),
             _ => {
                 return vec![format!(
                     "key {k}: its {:?} outcome did not replay{} ({result:?})",
@@ -301,11 +318,137 @@ async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String>
                 )]
             }
         };
-        return match replayed {
-            Ok(bytes) if bytes == record.payload => Vec::new(),
-            _ => vec![format!(
-                "key {k}: the replayed outcome is not the stored one byte for byte"
-            )],
+        return replays(k, replayed, record);
+    }
+}
+
+fn lost<T: std::fmt::Debug>(k: usize, result: &T) -> Vec<String> {
+    vec![format!(
+        "key {k} was lost: left in flight, it was not recovered after its lease ({result:?})"
+    )]
+}
+
+/// Whether the replayed bytes are `record`'s outcome byte for byte.
+fn replays(k: usize, replayed: serde_json::Result<Vec<u8>>, record: &Record) -> Vec<String> {
+    match replayed {
+        Ok(bytes) if bytes == record.payload => Vec::new(),
+        _ => vec![format!(
+            "key {k}: the replayed outcome is not the stored one byte for byte"
+        )],
+    }
+}
+
+/// What a key's record may become after the schedule: a call whose caller
+/// was dropped may still land on a networked store once every caller is
+/// done, so a key left in flight may be settled by it.
+struct Late<'a> {
+    store: &'a dyn Store,
+    key: &'a str,
+    ops: &'a [Op],
+}
+
+impl Late<'_> {
+    /// The record under the key now, if it is one that a call still in
+    /// doubt asked to write, token, state and payload alike.
+    async fn landed(&self) -> Option<Record> {
+        let now = self.store.load(self.key).await.ok()??;
+        self.ops
+            .iter()
+            .any(|op| {
+                op.key == self.key
+                    && op.changed.is_none()
+                    && op.written.as_ref().is_some_and(|w| {
+                        (w.token, w.state, &w.payload) == (now.token, now.state, &now.payload)
+                    })
+            })
+            .then_some(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use idem_core::{Insert, MemoryStore, NewRecord, Record, Store, StoreError, Token};
+
+    use super::super::schedule::{Act, Caller, Schedule};
+    use crate::settings::Interleavings;
+
+    /// A correct store on which a `swap` lands 100 ms after it is sent,
+    /// whether or not its caller is still waiting: a statement a server
+    /// runs after the client hung up.
+    #[derive(Debug, Default)]
+    struct SwapsLandLate(Arc<MemoryStore>);
+
+    #[async_trait]
+    impl Store for SwapsLandLate {
+        async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+            self.0.insert(key, record).await
+        }
+        async fn swap(
+            &self,
+            key: &str,
+            expected: Token,
+            record: &NewRecord<'_>,
+        ) -> Result<bool, StoreError> {
+            let (store, key, payload) =
+                (Arc::clone(&self.0), key.to_owned(), record.payload.to_vec());
+            let record = NewRecord {
+                payload: &[],
+                ..*record
+            };
+            let landing = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let record = NewRecord {
+                    payload: &payload,
+                    ..record
+                };
+                store.swap(&key, expected, &record).await
+            });
+            landing
+                .await
+                .unwrap_or_else(|e| panic!("the late swap panicked: {e}"))
+        }
+        async fn take_over(
+            &self,
+            key: &str,
+            expected: Token,
+            record: &NewRecord<'_>,
+        ) -> Result<bool, StoreError> {
+            self.0.take_over(key, expected, record).await
+        }
+        async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+            self.0.remove(key, expected).await
+        }
+        async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+            self.0.load(key).await
+        }
+        async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+            self.0.purge_expired(limit).await
+        }
+    }
+
+    // Regression: a caller dropped while its completion was on the wire
+    // left the key InFlight when the schedule ended; the completion landed
+    // afterwards and the key replayed it, which the checker called lost.
+    // Found by the soak on PostgreSQL (seed 24, schedule 9842).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_completion_that_lands_after_its_caller_left_is_not_a_lost_key() {
+        let schedule = Schedule {
+            callers: vec![Caller {
+                key: 0,
+                body: 0,
+                start_ms: 0,
+                work_ms: 20,
+                retries: 0,
+                act: Act::Cancel { after_ms: 60 },
+            }],
         };
+        let store: Arc<dyn Store> = Arc::new(SwapsLandLate::default());
+        let played = super::schedule(store, &schedule, &Interleavings::default(), "late").await;
+        assert_eq!(played.executions, 1);
+        assert!(played.violations.is_empty(), "{:?}", played.violations);
     }
 }
