@@ -13,6 +13,8 @@ macro_rules! __with_cases {
                 insert_stores_a_record_when_the_key_is_absent,
                 insert_leaves_a_live_record_untouched_and_returns_it,
                 insert_finds_a_completed_record,
+                insert_finds_a_failed_record,
+                found_record_reports_the_time_left_now,
                 load_returns_none_for_an_absent_key,
                 distinct_keys_hold_distinct_records,
             }
@@ -22,10 +24,12 @@ macro_rules! __with_cases {
                 swap_on_a_completed_or_failed_record_changes_nothing,
                 swap_on_an_absent_key_creates_nothing,
                 swap_renews_the_lease_from_now,
+                renewal_restarts_retention_from_now,
                 swap_by_a_late_owner_succeeds_when_nobody_took_over,
                 remove_with_the_owner_token_deletes_the_record,
                 remove_with_a_wrong_token_changes_nothing,
                 remove_on_a_completed_record_changes_nothing,
+                remove_on_a_failed_record_changes_nothing,
                 remove_on_an_absent_key_returns_false,
             }
             fencing {
@@ -34,6 +38,7 @@ macro_rules! __with_cases {
                 take_over_fails_after_the_owner_renewed,
                 take_over_with_a_wrong_token_fails,
                 take_over_of_a_completed_record_fails,
+                take_over_of_a_failed_record_fails,
                 stale_token_changes_nothing_after_a_take_over,
             }
             expiry {
@@ -61,6 +66,7 @@ macro_rules! __with_cases {
                 concurrent_inserts_of_one_key_yield_exactly_one_inserted,
                 racing_take_overs_have_exactly_one_winner,
                 late_owner_and_recoverer_race_with_exactly_one_winner,
+                release_and_take_over_race_with_exactly_one_winner,
                 concurrent_executes_run_the_work_once,
             }
             execute {

@@ -11,16 +11,13 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::settings::{self, Interleavings, SETTINGS};
 use crate::Factory;
 
 crate::__with_cases! { __case_table! {} }
 
 /// How many cases [`run_each`] runs at once, each on its own fixture.
 const PARALLEL: usize = 16;
-
-/// How long one case may run before it counts as hung. Cases finish in
-/// seconds; only a store that never answers reaches this.
-pub(crate) const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 type CaseFn = for<'a> fn(&'a dyn Factory) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
@@ -130,20 +127,30 @@ impl fmt::Display for Report {
 }
 
 /// Runs every case, each on a fresh fixture, several at once, and reports
-/// which failed. A case fails by panicking or by running past two minutes.
+/// which failed. A case fails by panicking or by running past its timeout
+/// (two minutes, more for many schedules; see
+/// [`Interleavings::case_timeout`]). The generated interleavings take their
+/// settings from the environment ([`Interleavings::from_env`]).
 ///
 /// Must be called within a tokio runtime; a multi-threaded one lets the
 /// cases' racing callers truly run in parallel.
 pub async fn run_each<F: Factory>(factory: F) -> Report {
+    run_each_with(factory, &Interleavings::from_env()).await
+}
+
+/// Runs every case like [`run_each`], with the generated interleavings set
+/// by `settings` (how many schedules, how many at once, on what lease).
+pub async fn run_each_with<F: Factory>(factory: F, settings: &Interleavings) -> Report {
     let began = Instant::now();
     let factory: Arc<dyn Factory> = Arc::new(factory);
     let permits = Arc::new(Semaphore::new(PARALLEL));
     let mut tasks = JoinSet::new();
     for (index, case) in cases().iter().enumerate() {
         let (factory, permits) = (Arc::clone(&factory), Arc::clone(&permits));
+        let settings = settings.clone();
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            (index, outcome(case, factory).await)
+            (index, outcome(case, factory, settings).await)
         });
     }
     let mut outcomes = vec![None; cases().len()];
@@ -175,23 +182,34 @@ pub async fn run_each<F: Factory>(factory: F) -> Report {
 /// Runs every case like [`run_each`] and panics with the list of failures
 /// if any case failed.
 pub async fn run_all<F: Factory>(factory: F) {
-    let report = run_each(factory).await;
+    run_all_with(factory, &Interleavings::from_env()).await;
+}
+
+/// Runs every case like [`run_each_with`] and panics with the list of
+/// failures if any case failed.
+pub async fn run_all_with<F: Factory>(factory: F, settings: &Interleavings) {
+    let report = run_each_with(factory, settings).await;
     if !report.is_success() {
         panic!("{report}");
     }
 }
 
 /// Runs one case in its own task, so a panic is caught as its failure.
-async fn outcome(case: &'static Case, factory: Arc<dyn Factory>) -> Result<(), String> {
-    let run = tokio::spawn(async move { case.run(&*factory).await });
+async fn outcome(
+    case: &'static Case,
+    factory: Arc<dyn Factory>,
+    settings: Interleavings,
+) -> Result<(), String> {
+    let timeout = settings.case_timeout();
+    let run = tokio::spawn(SETTINGS.scope(settings, async move { case.run(&*factory).await }));
     let abort = run.abort_handle();
-    match tokio::time::timeout(CASE_TIMEOUT, run).await {
+    match tokio::time::timeout(timeout, run).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) if e.is_panic() => Err(panic_message(e.into_panic())),
         Ok(Err(e)) => Err(format!("was cancelled: {e}")),
         Err(_) => {
             abort.abort();
-            Err(format!("did not finish within {CASE_TIMEOUT:?}"))
+            Err(format!("did not finish within {timeout:?}"))
         }
     }
 }
@@ -212,10 +230,8 @@ pub async fn run_case<'a, Fut>(factory: &'a dyn Factory, case: impl FnOnce(&'a d
 where
     Fut: Future<Output = ()> + Send + 'a,
 {
-    if tokio::time::timeout(CASE_TIMEOUT, case(factory))
-        .await
-        .is_err()
-    {
-        panic!("the case did not finish within {CASE_TIMEOUT:?}");
+    let timeout = settings::current().case_timeout();
+    if tokio::time::timeout(timeout, case(factory)).await.is_err() {
+        panic!("the case did not finish within {timeout:?}");
     }
 }

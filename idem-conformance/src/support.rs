@@ -109,6 +109,24 @@ pub(crate) async fn claim(store: &dyn Store, key: &str, record: &NewRecord<'_>) 
     }
 }
 
+/// Claims the absent `key` and records `payload` as its final `state`
+/// (`Completed` or `Failed`); returns the owner's token.
+pub(crate) async fn final_record(
+    store: &dyn Store,
+    key: &str,
+    state: State,
+    payload: &[u8],
+) -> Token {
+    let token = Token::random();
+    claim(store, key, &in_flight(token, fp(1), LONG)).await;
+    let done = settled(token, fp(1), state, payload, RETENTION);
+    match store.swap(key, token, &done).await {
+        Ok(true) => token,
+        Ok(false) => panic!("the owner of {key:?} could not record its {state:?} outcome"),
+        Err(e) => panic!("swap failed: {e}"),
+    }
+}
+
 /// Loads the live record under `key`, which the case knows is there.
 pub(crate) async fn live(store: &dyn Store, key: &str) -> Record {
     match store.load(key).await {

@@ -33,15 +33,27 @@ pub enum Insert {
 /// *Time.* A store MUST compute every deadline on its own clock from the
 /// durations it is given (`lease`, `retention` in [`NewRecord`]) and MUST
 /// report times *remaining* on read ([`Record::lease_remaining`],
-/// [`Record::retention_remaining`]). It MUST NOT trust the caller's clock.
+/// [`Record::retention_remaining`]): the time left now on its clock, in
+/// every record it returns ([`load`](Store::load) and [`Insert::Found`]),
+/// never the length the record was written with. Every write that replaces
+/// a record (`insert`, `swap`, `take_over`) MUST compute *both* deadlines
+/// afresh from now; in particular a renewal (a `swap` that keeps the record
+/// `InFlight`) restarts the retention as well as the lease, so heartbeating
+/// work never outlives its record. It MUST NOT trust the caller's clock
+/// (the trait hands it only durations, so no conformance case can observe
+/// this).
 ///
 /// *Liveness.* A record is **live** until its retention deadline passes.
 /// A record past retention MUST behave as absent in every method: `insert`
 /// replaces it, `load` returns `None`, `swap`, `take_over` and `remove`
 /// return `false`. A store MAY delete it lazily; it SHOULD delete it in
-/// [`purge_expired`](Store::purge_expired). A lease that has lapsed does
-/// not make a record absent: the record stays live (and its key blocked)
-/// until it is taken over or its retention lapses.
+/// [`purge_expired`](Store::purge_expired), which MUST NOT delete a live
+/// record, whatever its state or lease. (That a purge deletes what it
+/// should cannot be observed through the trait: an expired record is
+/// absent either way, and a backend that expires records itself rightly
+/// purges nothing.) A lease that has lapsed does not make a record absent:
+/// the record stays live (and its key blocked) until it is taken over or
+/// its retention lapses.
 ///
 /// *Atomicity.* Each method MUST be one atomic step on one key: two callers
 /// racing on the same key MUST see the outcome of some serial order. In
@@ -52,7 +64,9 @@ pub enum Insert {
 /// token. They MUST change a record only when it is live, in state
 /// [`InFlight`](crate::State::InFlight) and holds exactly the expected
 /// token, and MUST otherwise change nothing and return `false`. A
-/// `Completed` or `Failed` record is final until its retention lapses.
+/// `Completed` or `Failed` record is final until its retention lapses: no
+/// method replaces or deletes it, not even `take_over`, though it holds no
+/// lease (a failure remembered a moment ago has no lease to lapse).
 ///
 /// *Fidelity.* Payloads, tokens and fingerprints MUST round-trip byte for
 /// byte, including an empty payload and payloads of several MiB. Keys are
@@ -61,11 +75,13 @@ pub enum Insert {
 ///
 /// *Errors.* A store MUST return [`StoreError`] for a backend failure and
 /// for data it cannot decode, and MUST NOT panic on either. After an error
-/// the caller cannot know whether the step took effect.
+/// the caller cannot know whether the step took effect. (The trait offers
+/// no way to break a backend or plant undecodable data, so each store
+/// checks these in its own tests, not through the conformance kit.)
 ///
 /// *Cost.* Each method SHOULD be one round trip to the backend; the
 /// protocol's costs (two round trips for a first execution, one for a
-/// replay) rest on it.
+/// replay) rest on it. (Measured by `idem-bench`, not checked by the kit.)
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Inserts `record` under `key` unless a live record is there.
@@ -80,8 +96,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Replaces the record under `key` with `record` if it is live,
     /// `InFlight` and holds `expected`; returns whether it did.
     ///
-    /// This is how an owner completes, fails or renews its lease. The new
-    /// deadlines are computed from now. The lease is deliberately not
+    /// This is how an owner completes, fails or renews its lease. Both new
+    /// deadlines, lease and retention, MUST be computed from now, for a
+    /// renewal too. The lease is deliberately not
     /// checked: an owner whose lease lapsed while nobody took the key over
     /// is still the only one that ran the work, so its outcome is recorded;
     /// once a takeover changed the token, the swap fails.
@@ -94,7 +111,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Replaces the record under `key` with `record` if it is live,
     /// `InFlight`, holds `expected` **and its lease has lapsed**; returns
-    /// whether it did.
+    /// whether it did. A `Completed` or `Failed` record, which holds no
+    /// lease, MUST be left alone.
     ///
     /// This is how a crashed owner's key is recovered. The lease check MUST
     /// be part of the same atomic step: an owner that renews its lease just
@@ -115,8 +133,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError>;
 
     /// Deletes up to `limit` records that are past retention and returns how
-    /// many it deleted. MUST NOT delete a live record. Call it again while it
-    /// returns `limit`.
+    /// many it deleted. MUST NOT delete a live record, whatever its state
+    /// (`InFlight` with a lapsed lease, `Completed`, `Failed`), judging each
+    /// by the retention of its latest write. Call it again while it returns
+    /// `limit`.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError>;
 }
 

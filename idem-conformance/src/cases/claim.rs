@@ -1,9 +1,12 @@
 //! Claiming a key: `insert` stores a record only where none is live, and
 //! `load` reads what is there.
 
-use idem_core::{Insert, State, Token};
+use std::time::Duration;
 
-use crate::support::{claim, fp, in_flight, key, live, ok, settled, LONG, RETENTION};
+use idem_core::{Insert, Record, State, Store, Token};
+use tokio::time::Instant;
+
+use crate::support::{claim, final_record, fp, in_flight, key, live, ok, settled, LONG, RETENTION};
 use crate::Factory;
 
 /// `insert` into an absent key stores the record and returns `Inserted`.
@@ -77,15 +80,19 @@ pub async fn insert_leaves_a_live_record_untouched_and_returns_it(factory: &dyn 
 /// `insert` over a completed record returns it, outcome included.
 pub async fn insert_finds_a_completed_record(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
-    let store = fixture.store();
-    let key = key("claim-completed");
-    let token = Token::random();
-    claim(&*store, &key, &in_flight(token, fp(1), LONG)).await;
-    let done = settled(token, fp(1), State::Completed, b"{\"id\":7}", RETENTION);
-    assert!(
-        ok(store.swap(&key, token, &done).await, "swap"),
-        "the owner could not complete"
-    );
+    insert_finds_a_final_record(&*fixture.store(), State::Completed).await;
+}
+
+/// `insert` over a remembered failure returns it and leaves it in place:
+/// a Failed record is final, like a Completed one.
+pub async fn insert_finds_a_failed_record(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    insert_finds_a_final_record(&*fixture.store(), State::Failed).await;
+}
+
+async fn insert_finds_a_final_record(store: &dyn Store, state: State) {
+    let key = key(&format!("claim-{state:?}"));
+    let token = final_record(store, &key, state, b"{\"id\":7}").await;
 
     match ok(
         store
@@ -94,7 +101,7 @@ pub async fn insert_finds_a_completed_record(factory: &dyn Factory) {
         "insert",
     ) {
         Insert::Found(record) => {
-            assert_eq!(record.state, State::Completed);
+            assert_eq!(record.state, state);
             assert_eq!(
                 record.payload, b"{\"id\":7}",
                 "Found must carry the outcome"
@@ -102,11 +109,73 @@ pub async fn insert_finds_a_completed_record(factory: &dyn Factory) {
             assert_eq!(record.token, token);
             assert_eq!(
                 record.lease_remaining, None,
-                "a completed record has no lease"
+                "a {state:?} record has no lease"
             );
         }
-        other => panic!("insert over a completed record must return Found, got {other:?}"),
+        other => panic!("insert over a {state:?} record must return Found, got {other:?}"),
     }
+    let record = live(store, &key).await;
+    assert_eq!(
+        (record.state, record.token),
+        (state, token),
+        "insert replaced a {state:?} record"
+    );
+}
+
+/// The record `insert` finds reports the time left *now* on the store's
+/// clock, for the lease and the retention, not the lengths it was written
+/// with.
+pub async fn found_record_reports_the_time_left_now(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    let claimed = key("found-time-claimed");
+    let completed = key("found-time-completed");
+    let written = Instant::now();
+    claim(&*store, &claimed, &in_flight(Token::random(), fp(1), LONG)).await;
+    let token = Token::random();
+    claim(&*store, &completed, &in_flight(token, fp(1), LONG)).await;
+    let done = settled(token, fp(1), State::Completed, b"done", RETENTION);
+    assert!(ok(store.swap(&completed, token, &done).await, "swap"));
+    // Far above any store's clock resolution.
+    let wait = Duration::from_millis(300);
+    tokio::time::sleep(wait).await;
+
+    let found = |record: Insert| match record {
+        Insert::Found(record) => record,
+        other => panic!("insert over a live record must return Found, got {other:?}"),
+    };
+    let again = in_flight(Token::random(), fp(1), LONG);
+    let in_flight_found = found(ok(store.insert(&claimed, &again).await, "insert"));
+    let completed_found = found(ok(store.insert(&completed, &again).await, "insert"));
+    let elapsed = written.elapsed() + Duration::from_millis(10);
+    let counted_down = |left: Duration, length: Duration, what: &str, record: &Record| {
+        assert!(
+            left <= length && left + elapsed >= length,
+            "a found {:?} record reports {left:?} of its {length:?} {what} left, {elapsed:?} after it was written",
+            record.state
+        );
+        assert!(
+            left + wait - Duration::from_millis(100) <= length,
+            "a found {:?} record reports {left:?} of its {length:?} {what} left {wait:?} after it was written: the length it was given, not the time left",
+            record.state
+        );
+    };
+    let lease_left = in_flight_found
+        .lease_remaining
+        .unwrap_or_else(|| panic!("a found claim reports no lease: {in_flight_found:?}"));
+    counted_down(lease_left, LONG, "lease", &in_flight_found);
+    counted_down(
+        in_flight_found.retention_remaining,
+        RETENTION,
+        "retention",
+        &in_flight_found,
+    );
+    counted_down(
+        completed_found.retention_remaining,
+        RETENTION,
+        "retention",
+        &completed_found,
+    );
 }
 
 /// `load` of a key never written returns `None`.

@@ -118,18 +118,32 @@ pub async fn racing_take_overs_have_exactly_one_winner(factory: &dyn Factory) {
 /// one winner, and the record is the winner's.
 pub async fn late_owner_and_recoverer_race_with_exactly_one_winner(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
+    owner_and_recoverer_race(&fixture, Move::Complete).await;
+}
+
+/// A late owner releasing its key and a recoverer taking it over race with
+/// exactly one winner: a release never deletes the heir's record.
+pub async fn release_and_take_over_race_with_exactly_one_winner(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    owner_and_recoverer_race(&fixture, Move::Release).await;
+}
+
+/// What the late owner does while a recoverer takes its key over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    Complete,
+    Release,
+}
+
+async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move) {
     let store = fixture.store();
     const KEYS: usize = 16;
     let lease = Duration::from_millis(50);
+    let name = |n: usize| key(&format!("late-owner-{owner_move:?}-{n}"));
     let mut owners = Vec::new();
     for n in 0..KEYS {
         let owner = Token::random();
-        claim(
-            &*store,
-            &key(&format!("late-owner-{n}")),
-            &in_flight(owner, fp(1), lease),
-        )
-        .await;
+        claim(&*store, &name(n), &in_flight(owner, fp(1), lease)).await;
         owners.push(owner);
     }
     pass(tokio::time::Instant::now(), lease).await;
@@ -139,9 +153,8 @@ pub async fn late_owner_and_recoverer_race_with_exactly_one_winner(factory: &dyn
     for (n, owner) in owners.into_iter().enumerate() {
         let heir = Token::random();
         for recover in [false, true] {
-            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            let (store, barrier, key) = (Arc::clone(&store), Arc::clone(&barrier), name(n));
             tasks.spawn(async move {
-                let key = key(&format!("late-owner-{n}"));
                 barrier.wait().await;
                 let won = if recover {
                     ok(
@@ -150,6 +163,8 @@ pub async fn late_owner_and_recoverer_race_with_exactly_one_winner(factory: &dyn
                             .await,
                         "take_over",
                     )
+                } else if owner_move == Move::Release {
+                    ok(store.remove(&key, owner).await, "remove")
                 } else {
                     let done = settled(owner, fp(1), State::Completed, b"late", RETENTION);
                     ok(store.swap(&key, owner, &done).await, "swap")
@@ -164,20 +179,23 @@ pub async fn late_owner_and_recoverer_race_with_exactly_one_winner(factory: &dyn
         assert_eq!(
             won.len(),
             1,
-            "a late completion and a takeover of one key had {} winners",
+            "a late owner's {owner_move:?} and a takeover of one key had {} winners",
             won.len()
         );
-        let record = live(&*store, &key(&format!("late-owner-{n}"))).await;
+        let record = ok(store.load(&name(n)).await, "load");
+        let stored = record.as_ref().map(|r| (r.state, r.token));
         if won[0].1 {
             assert_eq!(
-                (record.state, record.token),
-                (State::InFlight, won[0].3),
+                stored,
+                Some((State::InFlight, won[0].3)),
                 "the takeover won but its record is not stored"
             );
+        } else if owner_move == Move::Release {
+            assert_eq!(stored, None, "the release won but the key is still held");
         } else {
             assert_eq!(
-                record.state,
-                State::Completed,
+                stored.map(|(state, _)| state),
+                Some(State::Completed),
                 "the completion won but its record is not stored"
             );
         }

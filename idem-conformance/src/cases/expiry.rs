@@ -51,7 +51,14 @@ pub async fn lapsed_lease_keeps_the_record_live(factory: &dyn Factory) {
             .await,
         "insert",
     ) {
-        Insert::Found(found) => assert_eq!(found.token, owner),
+        Insert::Found(found) => {
+            assert_eq!(found.token, owner);
+            assert_eq!(
+                found.lease_remaining,
+                Some(Duration::ZERO),
+                "a found record whose lease lapsed must report zero lease time left"
+            );
+        }
         other => panic!("insert replaced a live record whose lease lapsed: {other:?}"),
     }
 }
@@ -272,8 +279,10 @@ pub async fn lease_and_retention_are_separate_clocks(factory: &dyn Factory) {
     panic!("the machine was too slow to check retention windows of {retention:?} in every round");
 }
 
-/// `purge_expired` deletes expired records and never a live one, including
-/// a live record whose lease lapsed.
+/// `purge_expired` deletes expired records and never a live one, whatever
+/// its state: InFlight with a live or a lapsed lease, Completed, Failed,
+/// and a record whose claim's retention has passed but whose completion
+/// restarted it.
 pub async fn purge_expired_deletes_expired_records_only(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
     let store = fixture.store();
@@ -295,21 +304,38 @@ pub async fn purge_expired_deletes_expired_records_only(factory: &dyn Factory) {
         claim(&*store, &key, &in_flight(token, fp(1), lease)).await;
         kept.push((key, token));
     }
-    let key = key("purge-live-completed");
+    for state in [State::Completed, State::Failed] {
+        let key = key(&format!("purge-live-{state:?}"));
+        let token = Token::random();
+        claim(&*store, &key, &in_flight(token, fp(1), LONG)).await;
+        assert!(ok(
+            store
+                .swap(
+                    &key,
+                    token,
+                    &settled(token, fp(1), state, b"kept", RETENTION)
+                )
+                .await,
+            "swap"
+        ));
+        kept.push((key, token));
+    }
+    // Claimed to vanish with the doomed records, then completed: only the
+    // completion's retention counts.
+    let key = key("purge-live-completed-late");
     let token = Token::random();
-    claim(&*store, &key, &in_flight(token, fp(1), LONG)).await;
-    assert!(ok(
-        store
-            .swap(
-                &key,
-                token,
-                &settled(token, fp(1), State::Completed, b"kept", RETENTION)
-            )
-            .await,
-        "swap"
-    ));
-    kept.push((key, token));
+    claim(
+        &*store,
+        &key,
+        &short_lived(token, BRIEF_LEASE, BRIEF_RETENTION),
+    )
+    .await;
+    let done = settled(token, fp(0), State::Completed, b"kept", RETENTION);
+    let completed = ok(store.swap(&key, token, &done).await, "swap");
     pass(Instant::now(), BRIEF_RETENTION).await;
+    if completed {
+        kept.push((key, token));
+    }
 
     // Other fixtures may share the backend's table or keyspace, so counts
     // are bounded, not exact.

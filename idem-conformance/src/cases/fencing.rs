@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use idem_core::{State, Token};
+use idem_core::{State, Store, Token};
 use tokio::time::Instant;
 
 use crate::support::{
-    claim, fp, in_flight, key, live, ok, pass, settled, until_lease_lapsed, LONG, PATIENCE, POLL,
-    RETENTION,
+    claim, final_record, fp, in_flight, key, live, ok, pass, settled, until_lease_lapsed, LONG,
+    PATIENCE, POLL, RETENTION,
 };
 use crate::Factory;
 
@@ -155,12 +155,20 @@ pub async fn take_over_with_a_wrong_token_fails(factory: &dyn Factory) {
 /// `take_over` of a Completed record fails: it is final.
 pub async fn take_over_of_a_completed_record_fails(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
-    let store = fixture.store();
-    let key = key("take-over-completed");
-    let owner = Token::random();
-    claim(&*store, &key, &in_flight(owner, fp(1), LONG)).await;
-    let done = settled(owner, fp(1), State::Completed, b"final", RETENTION);
-    assert!(ok(store.swap(&key, owner, &done).await, "swap"));
+    take_over_of_a_final_record_fails(&*fixture.store(), State::Completed).await;
+}
+
+/// `take_over` of a Failed record fails, though a Failed record has no
+/// lease: a failure remembered a moment ago is final, and taking it over
+/// would run its work again.
+pub async fn take_over_of_a_failed_record_fails(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    take_over_of_a_final_record_fails(&*fixture.store(), State::Failed).await;
+}
+
+async fn take_over_of_a_final_record_fails(store: &dyn Store, state: State) {
+    let key = key(&format!("take-over-{state:?}"));
+    let owner = final_record(store, &key, state, b"final").await;
 
     assert!(
         !ok(
@@ -169,10 +177,10 @@ pub async fn take_over_of_a_completed_record_fails(factory: &dyn Factory) {
                 .await,
             "take_over"
         ),
-        "take_over replaced a completed record"
+        "take_over replaced a {state:?} record"
     );
-    let record = live(&*store, &key).await;
-    assert_eq!(record.state, State::Completed);
+    let record = live(store, &key).await;
+    assert_eq!(record.state, state, "take_over changed a {state:?} record");
     assert_eq!(record.payload, b"final");
 }
 

@@ -3,10 +3,13 @@
 
 use std::time::Duration;
 
-use idem_core::{State, Token};
+use idem_core::{State, Store, Token};
 use tokio::time::Instant;
 
-use crate::support::{absent, claim, fp, in_flight, key, live, ok, pass, settled, LONG, RETENTION};
+use crate::support::{
+    absent, claim, final_record, fp, in_flight, key, live, ok, pass, settled, short_lived, LONG,
+    RETENTION,
+};
 use crate::Factory;
 
 /// `swap` with the owner's token replaces an InFlight record.
@@ -148,6 +151,60 @@ pub async fn swap_renews_the_lease_from_now(factory: &dyn Factory) {
     );
 }
 
+/// A renewal (a `swap` that keeps the record InFlight) restarts *both*
+/// deadlines from now: the lease and the retention. A renewal that kept the
+/// claim's retention would let heartbeating work outlive its record, and
+/// the key would be claimed again while the work still runs.
+pub async fn renewal_restarts_retention_from_now(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    let (lease, claim_retention) = (Duration::from_millis(100), Duration::from_millis(300));
+    // The renewal must come before the claim's retention lapses; a machine
+    // too slow for that makes the round inconclusive.
+    for round in 0..4 {
+        let key = key(&format!("renew-retention-{round}"));
+        let token = Token::random();
+        let claiming = Instant::now();
+        claim(&*store, &key, &short_lived(token, lease, claim_retention)).await;
+        tokio::time::sleep(lease).await;
+
+        let renewing = Instant::now();
+        let renewal = in_flight(token, fp(0), LONG);
+        let renewed = ok(store.swap(&key, token, &renewal).await, "swap");
+        if !renewed && claiming.elapsed() >= claim_retention {
+            continue;
+        }
+        assert!(renewed, "the owner's renewal was refused");
+        let record = live(&*store, &key).await;
+        let spent = renewing.elapsed() + Duration::from_millis(10);
+        assert!(
+            record.retention_remaining + spent >= renewal.retention,
+            "a renewal asking for {:?} of retention left {:?}: it kept the claim's retention deadline",
+            renewal.retention,
+            record.retention_remaining
+        );
+        assert!(
+            record
+                .lease_remaining
+                .is_some_and(|left| left + spent >= LONG),
+            "a renewal asking for a {LONG:?} lease left {:?}",
+            record.lease_remaining
+        );
+
+        pass(claiming, claim_retention).await;
+        match ok(store.load(&key).await, "load") {
+            Some(record) => assert_eq!(record.token, token),
+            None => panic!(
+                "a renewed record expired with the claim's {claim_retention:?} retention: the renewal did not restart it"
+            ),
+        }
+        return;
+    }
+    panic!(
+        "the machine was too slow to renew within a {claim_retention:?} retention in every round"
+    );
+}
+
 /// An owner whose lease lapsed but was not taken over can still complete.
 pub async fn swap_by_a_late_owner_succeeds_when_nobody_took_over(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
@@ -202,20 +259,28 @@ pub async fn remove_with_a_wrong_token_changes_nothing(factory: &dyn Factory) {
 /// `remove` on a Completed record is refused, even with its token.
 pub async fn remove_on_a_completed_record_changes_nothing(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
-    let store = fixture.store();
-    let key = key("remove-completed");
-    let token = Token::random();
-    claim(&*store, &key, &in_flight(token, fp(1), LONG)).await;
-    let done = settled(token, fp(1), State::Completed, b"kept", RETENTION);
-    assert!(ok(store.swap(&key, token, &done).await, "swap"));
+    remove_on_a_final_record_changes_nothing(&*fixture.store(), State::Completed).await;
+}
+
+/// `remove` on a Failed record is refused, even with its token: a
+/// remembered failure is final.
+pub async fn remove_on_a_failed_record_changes_nothing(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    remove_on_a_final_record_changes_nothing(&*fixture.store(), State::Failed).await;
+}
+
+async fn remove_on_a_final_record_changes_nothing(store: &dyn Store, state: State) {
+    let key = key(&format!("remove-{state:?}"));
+    let token = final_record(store, &key, state, b"kept").await;
     assert!(
         !ok(store.remove(&key, token).await, "remove"),
-        "a completed record was removed"
+        "a {state:?} record was removed"
     );
+    let record = live(store, &key).await;
     assert_eq!(
-        live(&*store, &key).await.payload,
-        b"kept",
-        "a completed record was lost"
+        (record.state, record.payload.as_slice()),
+        (state, &b"kept"[..]),
+        "a {state:?} record was lost"
     );
 }
 

@@ -10,10 +10,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::check::{violations, Answer, Evidence, Run};
-use super::recorder::{Recorder, CALLER};
-use super::schedule::{self, Act, Caller, Schedule, LEASE};
+use super::recorder::{Op, Recorder, CALLER};
+use super::schedule::{self, Act, Caller, Schedule};
+use crate::settings::Interleavings;
 use crate::support::{NAMESPACE, POLL};
-use crate::Factory;
 
 /// How long a schedule's callers may take before the schedule counts as
 /// hung.
@@ -24,14 +24,28 @@ const RECOVERY: Duration = Duration::from_secs(1);
 
 type Runs = Arc<Mutex<Vec<Run>>>;
 
-/// Plays `schedule` on a fresh fixture; returns every broken invariant.
-pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<String> {
-    let fixture = factory.fixture().await;
-    let store = fixture.store();
+/// What playing one schedule found.
+pub(super) struct Played {
+    /// Every broken invariant.
+    pub(super) violations: Vec<String>,
+    /// Times the work started.
+    pub(super) executions: u64,
+}
+
+/// Plays `schedule` on `store` under the key prefix (namespace) `name`,
+/// which no other play on this store uses, with the lease and time scale
+/// of `settings`.
+pub(super) async fn schedule(
+    store: Arc<dyn Store>,
+    schedule: &Schedule,
+    settings: &Interleavings,
+    name: &str,
+) -> Played {
+    let namespace = format!("{NAMESPACE}-{name}");
     let recorder = Arc::new(Recorder::new(Arc::clone(&store)));
     let idem = Idempotent::from_arc(recorder.clone())
-        .with_lease(LEASE)
-        .with_namespace(NAMESPACE);
+        .with_lease(settings.lease)
+        .with_namespace(&namespace);
     let keys: Vec<String> = (0..3u8)
         .map(|k| match idem.key(&format!("interleaved-{k}")) {
             Ok(key) => key.as_str().to_owned(),
@@ -43,10 +57,10 @@ pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<
     let began = Instant::now();
     let mut tasks = JoinSet::new();
     for (index, caller) in schedule.callers.iter().cloned().enumerate() {
-        let (idem, runs) = (idem.clone(), Arc::clone(&runs));
+        let (idem, runs, t) = (idem.clone(), Arc::clone(&runs), settings.clone());
         tasks.spawn(CALLER.scope(index, async move {
-            tokio::time::sleep_until(began + ms(caller.start_ms)).await;
-            (index, play(&idem, index, &caller, &runs).await)
+            tokio::time::sleep_until(began + t.at(caller.start_ms)).await;
+            (index, play(&idem, &t, index, &caller, &runs).await)
         }));
     }
     let mut answers = vec![Answer::Unexpected("no answer".to_owned()); schedule.callers.len()];
@@ -60,41 +74,48 @@ pub(super) async fn schedule(factory: &dyn Factory, schedule: &Schedule) -> Vec<
         }
     })
     .await;
+    let executions = runs.lock().unwrap_or_else(PoisonError::into_inner).len() as u64;
+    let played = |violations| Played {
+        violations,
+        executions,
+    };
     if collected.is_err() {
-        return vec![format!("the callers did not finish within {HUNG:?}")];
+        return played(vec![format!("the callers did not finish within {HUNG:?}")]);
     }
 
     let mut finals = Vec::new();
     for key in &keys {
         match store.load(key).await {
             Ok(record) => finals.push(record),
-            Err(e) => return vec![format!("load failed after the schedule: {e}")],
+            Err(e) => return played(vec![format!("load failed after the schedule: {e}")]),
         }
     }
+    let ops = recorder.ops();
     let runs = runs.lock().unwrap_or_else(PoisonError::into_inner).clone();
     found.extend(violations(&Evidence {
         schedule,
         keys: &keys,
         answers: &answers,
         runs: &runs,
-        ops: &recorder.ops(),
+        ops: &ops,
         finals: &finals,
     }));
     if found.is_empty() {
-        let after = Idempotent::from_arc(store)
-            .with_lease(LEASE)
-            .with_namespace(NAMESPACE);
+        let after = Idempotent::from_arc(Arc::clone(&store))
+            .with_lease(settings.lease)
+            .with_namespace(&namespace);
         for (k, last) in finals.iter().enumerate() {
             if let Some(record) = last {
-                found.extend(afterwards(&after, k, record).await);
+                let late = Late {
+                    store: &*store,
+                    key: &keys[k],
+                    ops: &ops,
+                };
+                found.extend(afterwards(&after, k, record, &late).await);
             }
         }
     }
-    found
-}
-
-fn ms(n: u16) -> Duration {
-    Duration::from_millis(u64::from(n))
+    played(found)
 }
 
 /// Notes that `caller`'s work started on `key`.
@@ -109,38 +130,51 @@ fn started(runs: &Runs, caller: usize, key: u8) {
         .push(run);
 }
 
-/// How long a retrying caller waits after being told "in progress".
-const RETRY_AFTER: Duration = Duration::from_millis(60);
+/// How long a retrying caller waits after being told "in progress", in
+/// milliseconds against the 150 ms base lease.
+const RETRY_AFTER_MS: u16 = 60;
 
 /// One caller's part of the schedule: calls, and calls again while told
 /// the key is in progress and it has retries left.
-async fn play(idem: &Idempotent, index: usize, caller: &Caller, runs: &Runs) -> Answer {
+async fn play(
+    idem: &Idempotent,
+    t: &Interleavings,
+    index: usize,
+    caller: &Caller,
+    runs: &Runs,
+) -> Answer {
     let mut retries = caller.retries;
     loop {
-        match attempt(idem, index, caller, runs).await {
+        match attempt(idem, t, index, caller, runs).await {
             Answer::InProgress if retries > 0 => {
                 retries -= 1;
-                tokio::time::sleep(RETRY_AFTER).await;
+                tokio::time::sleep(t.at(RETRY_AFTER_MS)).await;
             }
             answer => return answer,
         }
     }
 }
 
-async fn attempt(idem: &Idempotent, index: usize, caller: &Caller, runs: &Runs) -> Answer {
+async fn attempt(
+    idem: &Idempotent,
+    t: &Interleavings,
+    index: usize,
+    caller: &Caller,
+    runs: &Runs,
+) -> Answer {
     let ran = AtomicBool::new(false);
     let result = match caller.act {
         Act::Stall { extra_ms, release } => {
-            return stall(idem, index, caller, runs, ms(extra_ms), release).await
+            return stall(idem, t, index, caller, runs, t.at(extra_ms), release).await
         }
         Act::Cancel { after_ms } => {
-            match tokio::time::timeout(ms(after_ms), execute(idem, index, caller, runs, &ran)).await
-            {
+            let call = execute(idem, t, index, caller, runs, &ran);
+            match tokio::time::timeout(t.at(after_ms), call).await {
                 Ok(result) => result,
                 Err(_) => return Answer::Cancelled,
             }
         }
-        _ => execute(idem, index, caller, runs, &ran).await,
+        _ => execute(idem, t, index, caller, runs, &ran).await,
     };
     let own = ran.load(Ordering::SeqCst);
     match result {
@@ -161,6 +195,7 @@ fn answer_for<E: std::fmt::Debug>(error: Error<E>) -> Answer {
 
 async fn execute(
     idem: &Idempotent,
+    t: &Interleavings,
     index: usize,
     caller: &Caller,
     runs: &Runs,
@@ -170,7 +205,7 @@ async fn execute(
     idem.execute_remembering(&caller.client_key(), &caller.body(), remember, || async {
         ran.store(true, Ordering::SeqCst);
         started(runs, index, caller.key);
-        tokio::time::sleep(ms(caller.work_ms)).await;
+        tokio::time::sleep(t.at(caller.work_ms)).await;
         match caller.act {
             Act::FailReleased => Err(schedule::failure(index, caller, false)),
             Act::FailRemembered => Err(schedule::failure(index, caller, true)),
@@ -185,6 +220,7 @@ async fn execute(
 /// without a heartbeat past its lease, then tries to complete.
 async fn stall(
     idem: &Idempotent,
+    t: &Interleavings,
     index: usize,
     caller: &Caller,
     runs: &Runs,
@@ -208,7 +244,7 @@ async fn stall(
         Err(e) => return answer_for(e),
     };
     started(runs, index, caller.key);
-    tokio::time::sleep(LEASE + extra).await;
+    tokio::time::sleep(t.lease + extra).await;
     if release {
         return match lease.release().await {
             Ok(()) => Answer::Released,
@@ -229,7 +265,7 @@ async fn stall(
 /// Once every caller is done: a settled key replays its outcome byte for
 /// byte without running the work, and a key left in flight is recovered
 /// after its lease (nothing is lost).
-async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String> {
+async fn afterwards(idem: &Idempotent, k: usize, record: &Record, late: &Late<'_>) -> Vec<String> {
     let Some(body) = (0..2u8)
         .map(schedule::body)
         .find(|body| Fingerprint::of_json(body).ok() == Some(record.fingerprint))
@@ -238,7 +274,7 @@ async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String>
     };
     let client_key = format!("interleaved-{k}");
     // Every caller is done, so whatever lease is left started before now.
-    let give_up = Instant::now() + LEASE + RECOVERY;
+    let give_up = Instant::now() + idem.lease() + RECOVERY;
     loop {
         let ran = AtomicBool::new(false);
         let result = idem
@@ -259,11 +295,21 @@ async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String>
                 continue;
             }
             (Ok(_), State::InFlight) if ran => return Vec::new(),
+            (Ok(value), State::InFlight) => match late.landed().await {
+                Some(landed) if landed.state == State::Completed => {
+                    return replays(k, serde_json::to_vec(value), &landed)
+                }
+                _ => return lost(k, &result),
+            },
+            (Err(Error::Work(error)), State::InFlight) if !ran => match late.landed().await {
+                Some(landed) if landed.state == State::Failed => {
+                    return replays(k, serde_json::to_vec(error), &landed)
+                }
+                _ => return lost(k, &result),
+            },
             (Ok(value), State::Completed) if !ran => serde_json::to_vec(value),
             (Err(Error::Work(error)), State::Failed) if !ran => serde_json::to_vec(error),
-            (_, State::InFlight) => {
-                return vec![format!("key {k} was lost: left in flight, it was not recovered after its lease ({result:?})")]
-            }
+            (_, State::InFlight) => return lost(k, &result),
             _ => {
                 return vec![format!(
                     "key {k}: its {:?} outcome did not replay{} ({result:?})",
@@ -272,11 +318,137 @@ async fn afterwards(idem: &Idempotent, k: usize, record: &Record) -> Vec<String>
                 )]
             }
         };
-        return match replayed {
-            Ok(bytes) if bytes == record.payload => Vec::new(),
-            _ => vec![format!(
-                "key {k}: the replayed outcome is not the stored one byte for byte"
-            )],
+        return replays(k, replayed, record);
+    }
+}
+
+fn lost<T: std::fmt::Debug>(k: usize, result: &T) -> Vec<String> {
+    vec![format!(
+        "key {k} was lost: left in flight, it was not recovered after its lease ({result:?})"
+    )]
+}
+
+/// Whether the replayed bytes are `record`'s outcome byte for byte.
+fn replays(k: usize, replayed: serde_json::Result<Vec<u8>>, record: &Record) -> Vec<String> {
+    match replayed {
+        Ok(bytes) if bytes == record.payload => Vec::new(),
+        _ => vec![format!(
+            "key {k}: the replayed outcome is not the stored one byte for byte"
+        )],
+    }
+}
+
+/// What a key's record may become after the schedule: a call whose caller
+/// was dropped may still land on a networked store once every caller is
+/// done, so a key left in flight may be settled by it.
+struct Late<'a> {
+    store: &'a dyn Store,
+    key: &'a str,
+    ops: &'a [Op],
+}
+
+impl Late<'_> {
+    /// The record under the key now, if it is one that a call still in
+    /// doubt asked to write, token, state and payload alike.
+    async fn landed(&self) -> Option<Record> {
+        let now = self.store.load(self.key).await.ok()??;
+        self.ops
+            .iter()
+            .any(|op| {
+                op.key == self.key
+                    && op.changed.is_none()
+                    && op.written.as_ref().is_some_and(|w| {
+                        (w.token, w.state, &w.payload) == (now.token, now.state, &now.payload)
+                    })
+            })
+            .then_some(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use idem_core::{Insert, MemoryStore, NewRecord, Record, Store, StoreError, Token};
+
+    use super::super::schedule::{Act, Caller, Schedule};
+    use crate::settings::Interleavings;
+
+    /// A correct store on which a `swap` lands 100 ms after it is sent,
+    /// whether or not its caller is still waiting: a statement a server
+    /// runs after the client hung up.
+    #[derive(Debug, Default)]
+    struct SwapsLandLate(Arc<MemoryStore>);
+
+    #[async_trait]
+    impl Store for SwapsLandLate {
+        async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+            self.0.insert(key, record).await
+        }
+        async fn swap(
+            &self,
+            key: &str,
+            expected: Token,
+            record: &NewRecord<'_>,
+        ) -> Result<bool, StoreError> {
+            let (store, key, payload) =
+                (Arc::clone(&self.0), key.to_owned(), record.payload.to_vec());
+            let record = NewRecord {
+                payload: &[],
+                ..*record
+            };
+            let landing = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let record = NewRecord {
+                    payload: &payload,
+                    ..record
+                };
+                store.swap(&key, expected, &record).await
+            });
+            landing
+                .await
+                .unwrap_or_else(|e| panic!("the late swap panicked: {e}"))
+        }
+        async fn take_over(
+            &self,
+            key: &str,
+            expected: Token,
+            record: &NewRecord<'_>,
+        ) -> Result<bool, StoreError> {
+            self.0.take_over(key, expected, record).await
+        }
+        async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+            self.0.remove(key, expected).await
+        }
+        async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+            self.0.load(key).await
+        }
+        async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+            self.0.purge_expired(limit).await
+        }
+    }
+
+    // Regression: a caller dropped while its completion was on the wire
+    // left the key InFlight when the schedule ended; the completion landed
+    // afterwards and the key replayed it, which the checker called lost.
+    // Found by the soak on PostgreSQL (seed 24, schedule 9842).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_completion_that_lands_after_its_caller_left_is_not_a_lost_key() {
+        let schedule = Schedule {
+            callers: vec![Caller {
+                key: 0,
+                body: 0,
+                start_ms: 0,
+                work_ms: 20,
+                retries: 0,
+                act: Act::Cancel { after_ms: 60 },
+            }],
         };
+        let store: Arc<dyn Store> = Arc::new(SwapsLandLate::default());
+        let played = super::schedule(store, &schedule, &Interleavings::default(), "late").await;
+        assert_eq!(played.executions, 1);
+        assert!(played.violations.is_empty(), "{:?}", played.violations);
     }
 }

@@ -1,16 +1,9 @@
 //! What the interleaving suite generates: schedules of callers racing over
 //! a few keys.
 
-use std::time::Duration;
-
 use proptest::collection::vec;
 use proptest::prelude::{prop_oneof, Just, Strategy};
 use serde_json::{json, Value};
-
-/// The lease every caller in a schedule uses. Short, so that stalls and
-/// cancellations lapse within a schedule; the invariants never assume the
-/// heartbeat kept up, so a loaded machine cannot make them fail.
-pub(super) const LEASE: Duration = Duration::from_millis(150);
 
 /// One generated run: callers that start at their own time and act.
 #[derive(Debug, Clone)]
@@ -26,7 +19,9 @@ pub(super) struct Caller {
     pub(super) key: u8,
     /// One of two bodies, so some callers reuse a key for another request.
     pub(super) body: u8,
-    /// When it calls, in milliseconds from the start.
+    /// When it calls, in milliseconds from the start. Like every time here,
+    /// it is generated against a 150 ms lease and scaled with the lease the
+    /// run uses.
     pub(super) start_ms: u16,
     /// How long its work runs, in milliseconds; past the lease, only the
     /// heartbeat keeps the key.
