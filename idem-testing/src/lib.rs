@@ -22,7 +22,7 @@
 //!
 //! # The stores by name
 //!
-//! With the `stores` feature, [`StoreKind`] is the one place tests, the
+//! With the `stores` feature, `StoreKind` is the one place tests, the
 //! bench, the demo and the fault tests learn of a store: its name, the
 //! server it needs, and how to open a fresh, isolated one.
 #![forbid(unsafe_code)]
