@@ -126,6 +126,7 @@ impl PostgresStore {
         self.sql.name.display()
     }
 
+    #[cfg(feature = "raw-protocol")]
     pub(crate) fn statements(&self) -> &Statements {
         &self.sql
     }
@@ -155,7 +156,7 @@ fn bind_record<'q>(
 ) -> Query<'q, Postgres, PgArguments> {
     query
         .bind(&record.token.as_bytes()[..])
-        .bind(&record.fingerprint.as_bytes()[..])
+        .bind(record.fingerprint.stored())
         .bind(i16::from(record.state.as_u8()))
         .bind(record.payload)
         .bind(record.lease.map(interval))

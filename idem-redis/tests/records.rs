@@ -12,12 +12,11 @@ use idem_core::{Error, Fingerprint, NewRecord, State, Store, StoreErrorKind, Tok
 use idem_redis::redis::AsyncCommands;
 use idem_redis::RedisStore;
 use serde_json::json;
-use support::DeletePrefix;
 
 struct Setup {
     store: RedisStore,
     redis: idem_redis::redis::aio::MultiplexedConnection,
-    _guard: DeletePrefix,
+    _guard: support::Cleanup,
 }
 
 async fn setup() -> Option<Setup> {
@@ -35,7 +34,7 @@ async fn setup() -> Option<Setup> {
     Some(Setup {
         store,
         redis,
-        _guard: DeletePrefix::new(&url, &prefix),
+        _guard: support::delete_prefix(&url, &prefix),
     })
 }
 
@@ -51,9 +50,10 @@ fn garbage() -> Vec<(&'static str, Vec<u8>)> {
         ("text", b"garbage".to_vec()),
         (
             "a future layout version",
-            [head(2, 1), b"{}".to_vec()].concat(),
+            [head(3, 1), b"{}".to_vec()].concat(),
         ),
         ("a truncated header", head(1, 1)[..30].to_vec()),
+        ("a truncated layout-2 header", head(2, 1)),
         ("an unknown state", head(1, 9)),
         (
             "in flight without its lease deadline",
