@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use idem_core::{Idempotent, Store};
-use idem_http::{raw_fingerprint, Admission, Options, Problem, Reply};
+use idem_http::{fingerprint, Admission, Options, Problem, Reply};
 
 use crate::body::Body;
 
@@ -216,7 +216,7 @@ where
         None => options.idempotent().clone(),
     };
     let uri: Uri = request.uri().to_string().parse().unwrap_or_default();
-    let fingerprint = raw_fingerprint(&method, &uri, &headers, &body);
+    let fingerprint = fingerprint(&method, &uri, &headers, &body);
     request.set_payload(Payload::from(body));
     // The request goes to the handler whole: actix routes it only while no
     // clone of it exists. The response is built on the handler's request,

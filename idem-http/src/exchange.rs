@@ -2,13 +2,12 @@
 //! record or release; or answer with the replay or a problem.
 
 use std::future::{Future, IntoFuture};
-use std::pin::pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Method, Response};
-use idem_core::{Begin, Error, Fingerprint, Idempotent, KeyError, Lease, StoreError, When};
+use idem_core::{Begin, Error, Fingerprints, Idempotent, KeyError, Lease, StoreError, When};
 
 use crate::stored::{self, Stored, Unreplayable};
 use crate::{client_key, Options, Problem};
@@ -102,7 +101,7 @@ impl Options {
         &self,
         idem: &Idempotent,
         key: &str,
-        fingerprint: Fingerprint,
+        fingerprint: impl Into<Fingerprints>,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -110,7 +109,7 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
-        let begun = self.timed(idem.begin(key, fingerprint), When::BeforeWork);
+        let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
         let problem = match begun.await {
             Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
             Ok(Begin::Replay(replay)) => match stored::decode(replay.payload()) {
@@ -171,7 +170,8 @@ impl Options {
             }
             Ok(Ok((parts, body.collect(limit).await)))
         };
-        let (parts, collected) = match with_heartbeat(&lease, work).await {
+        let ran = lease.run(work).await;
+        let (parts, collected) = match ran.output {
             Err(error) => {
                 self.release(&lease).await;
                 return Err(error);
@@ -257,20 +257,6 @@ impl Options {
 // key claimed until its lease lapses and then let a retry run the handler a
 // second time, so recording is tried a few times while the lease still holds.
 const RECORD_ATTEMPTS: u32 = 3;
-
-/// Polls `work` and the lease's heartbeat together; the heartbeat ends only
-/// when the lease is lost, and then the work is finished on its own.
-async fn with_heartbeat<F: Future>(lease: &Lease, work: F) -> F::Output {
-    let mut work = pin!(work);
-    tokio::select! {
-        biased;
-        output = &mut work => output,
-        () = lease.heartbeat() => {
-            tracing::warn!(key = %lease.key(), "lease lost while the handler ran; its response will not be recorded");
-            work.await
-        }
-    }
-}
 
 fn timed_out(after: Duration) -> StoreError {
     StoreError::backend(

@@ -2,15 +2,20 @@
 
 use http::header::{HeaderMap, CONTENT_TYPE};
 use http::{Method, Uri};
-use idem_core::Fingerprint;
+use idem_core::{Fingerprint, Fingerprints};
+
+/// The fingerprint scheme of [`canonical_fingerprint`]. Scheme 1
+/// ([`Fingerprint::FIRST_SCHEME`]) is [`raw_fingerprint`], the form records
+/// were written in before JSON bodies were canonicalised.
+pub const SCHEME: u8 = 2;
 
 /// The fingerprint of a request as idem-tower wrote it before bodies were
 /// canonicalised: [`Fingerprint::of_parts`] over the method, the path and
 /// query, the `Content-Type` value (several lines joined with `, `) and the
 /// body bytes as they are.
 ///
-/// Records written with it keep replaying: a request carries this form
-/// beside its current one.
+/// Records written with it keep replaying: [`fingerprint`] carries this
+/// form beside the canonical one. Scheme 1.
 pub fn raw_fingerprint(
     method: &Method,
     uri: &Uri,
@@ -26,6 +31,15 @@ pub fn raw_fingerprint(
     ])
 }
 
+/// What the request means, as the exchange checks it: the
+/// [`canonical_fingerprint`] (scheme [`SCHEME`]) that new records get,
+/// also matching a record written before under the [`raw_fingerprint`]
+/// (scheme 1), so that keys recorded by an earlier build keep replaying.
+pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Fingerprints {
+    canonical_fingerprint(method, uri, headers, body)
+        .also_matching(raw_fingerprint(method, uri, headers, body))
+}
+
 /// What the request means: [`Fingerprint::of_parts`] over the method, the
 /// path and query, the `Content-Type` value (several lines joined with
 /// `, `) and the body.
@@ -38,13 +52,18 @@ pub fn raw_fingerprint(
 /// Numbers compare as JSON values, as they do in `of_json`: `1.0` and `1`
 /// differ, integers beyond 64 bits compare as doubles. A body that is not
 /// valid JSON, and every other media type, is fingerprinted byte for byte,
-/// exactly as [`raw_fingerprint`] does.
-pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Fingerprint {
+/// exactly as [`raw_fingerprint`] does. Scheme [`SCHEME`].
+pub fn canonical_fingerprint(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Fingerprint {
     let canonical = is_json(headers)
         .then(|| serde_json::from_slice::<serde_json::Value>(body).ok())
         .flatten()
         .and_then(|value| Fingerprint::of_json(&value).ok());
-    match canonical {
+    let digest = match canonical {
         Some(digest) => Fingerprint::of_parts([
             method.as_str().as_bytes(),
             path_and_query(uri).as_bytes(),
@@ -52,7 +71,8 @@ pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8])
             digest.as_bytes(),
         ]),
         None => raw_fingerprint(method, uri, headers, body),
-    }
+    };
+    digest.with_scheme(SCHEME)
 }
 
 fn path_and_query(uri: &Uri) -> &str {
@@ -104,7 +124,7 @@ mod tests {
 
     fn of(method: &str, uri: &str, ct: &str, body: &[u8]) -> Fingerprint {
         let p = parts(method, uri, ct);
-        fingerprint(&p.method, &p.uri, &p.headers, body)
+        canonical_fingerprint(&p.method, &p.uri, &p.headers, body)
     }
 
     fn raw(method: &str, uri: &str, ct: &str, body: &[u8]) -> Fingerprint {
@@ -142,6 +162,7 @@ mod tests {
         ]);
         let body = br#"{"amount":1250,"currency":"EUR"}"#;
         assert_eq!(raw("POST", "/payments", "application/json", body), expected);
+        assert_eq!(expected.scheme(), Fingerprint::FIRST_SCHEME);
     }
 
     #[test]
@@ -183,9 +204,10 @@ mod tests {
             ("application/json", b"\xff\xfe"),
             ("application/jsonx", br#"{"a":1}"#),
         ] {
+            let (of, raw) = (of("POST", "/p", ct, body), raw("POST", "/p", ct, body));
             assert_eq!(
-                of("POST", "/p", ct, body),
-                raw("POST", "/p", ct, body),
+                (of.as_bytes(), of.scheme()),
+                (raw.as_bytes(), SCHEME),
                 "{ct}"
             );
         }

@@ -72,7 +72,7 @@ mod problem;
 pub mod stored;
 
 pub use exchange::{Admission, BoxError, Collected, Reply, ResponseBody};
-pub use fingerprint::{fingerprint, raw_fingerprint};
+pub use fingerprint::{canonical_fingerprint, fingerprint, raw_fingerprint, SCHEME};
 pub use header::{client_key, KeyHeaderError};
 pub use options::Options;
 pub use problem::Problem;

@@ -61,10 +61,13 @@ type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 ///
 /// # What is recorded
 ///
-/// The fingerprint is [`idem_core::Fingerprint::of_parts`] over the method,
-/// the path and query, the `Content-Type` value (several lines joined with
-/// `, `) and the body bytes, in that order. Apply the layer to the outermost router: a nested router sees a
-/// shortened path.
+/// The fingerprint is [`idem_http::fingerprint`]: the method, the path and
+/// query, the `Content-Type` value and the body; a JSON body
+/// (`application/json` or `+json`) counts in its canonical form, so a retry
+/// that re-serialises it with another field order or whitespace is the same
+/// request. Records written before that change (raw body bytes) keep
+/// replaying. Apply the layer to the outermost router: a nested router sees
+/// a shortened path.
 ///
 /// Responses with status 200–499 are recorded before they are sent; 5xx
 /// responses, handler errors and 1xx responses release the key so a retry

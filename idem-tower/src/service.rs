@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idem_http::{raw_fingerprint, Admission, Problem, Reply};
+use idem_http::{fingerprint, Admission, Problem, Reply};
 use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
@@ -115,7 +115,7 @@ where
             .scoped(extract(&parts).unwrap_or_default()),
         None => options.idempotent().clone(),
     };
-    let fingerprint = raw_fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+    let fingerprint = fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
     let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, everything runs in a task of its own: a client that
     // hangs up while the claim is in flight must not leave a claimed key

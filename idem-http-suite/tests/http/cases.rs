@@ -367,3 +367,52 @@ async fn server_errors_are_replayed_when_the_layer_records_them() {
     })
     .await;
 }
+
+// Regression: the fingerprint hashed the raw body, so a client whose retry
+// re-serialised the same JSON with its fields in another order or other
+// whitespace got 422 instead of its payment.
+#[tokio::test]
+async fn a_retry_that_reserialises_the_same_json_is_a_replay_not_422() {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
+        let client = reqwest::Client::new();
+        let url = format!("{url}/payments");
+        let first = post(&client, &url, Some("reordered"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(first.status(), 201);
+        let first = first.text().await.unwrap();
+        let reordered = "{\n  \"currency\": \"EUR\",\n  \"amount\": 1250\n}";
+        let again = post(&client, &url, Some("reordered"), reordered)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 201);
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.text().await.unwrap(), first);
+        let other_amount = post(
+            &client,
+            &url,
+            Some("reordered"),
+            r#"{"currency":"EUR","amount":1251}"#,
+        );
+        assert_eq!(
+            problem(other_amount.send().await.unwrap(), 422).await,
+            "mismatch"
+        );
+        // Outside JSON media types the body still counts byte for byte.
+        let text = |body: &'static str| {
+            client
+                .post(&url)
+                .header("idempotency-key", "plain")
+                .header("content-type", "text/plain")
+                .body(body)
+                .send()
+        };
+        assert_eq!(text("a  b").await.unwrap().status(), 201);
+        assert_eq!(problem(text("a b").await.unwrap(), 422).await, "mismatch");
+        assert_eq!(handlers.runs(), 2);
+    })
+    .await;
+}

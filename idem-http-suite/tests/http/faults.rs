@@ -415,3 +415,45 @@ async fn a_client_that_hangs_up_while_the_claim_is_in_flight_can_retry_at_once()
         assert_eq!(handlers.runs(), 1);
     }
 }
+
+// Records written before JSON bodies were canonicalised carry the raw-bytes
+// fingerprint (scheme 1) and idem-tower's version-1 payload; they must keep
+// replaying through every adapter.
+#[tokio::test]
+async fn a_record_written_before_canonical_fingerprints_still_replays() {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let idem = backend.idem();
+        let legacy = Fingerprint::of_parts([
+            &b"POST"[..],
+            b"/payments",
+            b"application/json",
+            BODY.as_bytes(),
+        ]);
+        let Ok(Begin::Run(lease)) = idem.begin("legacy", legacy).await else {
+            panic!("a fresh key is claimed");
+        };
+        // The stored bytes exactly as the earlier build wrote them: version
+        // 1, a response, 201, one header, the body.
+        let mut payload = vec![1, 0, 0, 201, 0, 1];
+        payload.extend_from_slice(&12u16.to_be_bytes());
+        payload.extend_from_slice(b"content-type");
+        payload.extend_from_slice(&16u32.to_be_bytes());
+        payload.extend_from_slice(b"application/json");
+        payload.extend_from_slice(&9u64.to_be_bytes());
+        payload.extend_from_slice(br#"{"run":0}"#);
+        lease.complete(&payload).await.unwrap();
+
+        let (url, handlers) = adapter.start(Options::from_idempotent(idem)).await;
+        let client = reqwest::Client::new();
+        let response = post(&client, &format!("{url}/payments"), Some("legacy"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        assert_eq!(response.headers()["idempotent-replayed"], "true");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        assert_eq!(response.text().await.unwrap(), r#"{"run":0}"#);
+        assert_eq!(handlers.runs(), 0);
+    })
+    .await;
+}
