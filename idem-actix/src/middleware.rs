@@ -7,7 +7,6 @@ use std::future::{ready, Future, Ready};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform};
@@ -67,26 +66,12 @@ impl IdempotencyMiddleware {
         }
     }
 
-    fn set(mut self, change: impl FnOnce(Options) -> Options) -> Self {
+    fn map_options(mut self, change: impl FnOnce(Options) -> Options) -> Self {
         self.options = change(self.options);
         self
     }
 
-    /// Reads the key from this header instead of `Idempotency-Key`.
-    pub fn with_header_name(self, name: HeaderName) -> Self {
-        self.set(|o| o.with_header_name(name))
-    }
-
-    /// Whether a protected request without a key is refused with 400
-    /// (`true`) or passed through unprotected (`false`, the default).
-    pub fn require_key(self, required: bool) -> Self {
-        self.set(|o| o.require_key(required))
-    }
-
-    /// The methods to protect, replacing the default `POST` and `PATCH`.
-    pub fn with_methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
-        self.set(|o| o.with_methods(methods))
-    }
+    idem_http::option_setters!();
 
     /// Gives each tenant or principal its own keys: `f` reads the scope from
     /// the request; `None` means the shared scope `""`. A scope over 255
@@ -97,38 +82,6 @@ impl IdempotencyMiddleware {
     {
         self.scope = Some(Arc::new(f));
         self
-    }
-
-    /// The largest request body a protected request may carry, in bytes;
-    /// larger ones get 413. Default 1 MiB.
-    pub fn with_max_request_body(self, bytes: usize) -> Self {
-        self.set(|o| o.with_max_request_body(bytes))
-    }
-
-    /// The largest response body that is recorded for replay, in bytes.
-    /// A larger one still reaches its client, and the key is marked as
-    /// executed without a replayable response. Default 1 MiB.
-    pub fn with_max_response_body(self, bytes: usize) -> Self {
-        self.set(|o| o.with_max_response_body(bytes))
-    }
-
-    /// Whether 5xx responses are recorded and replayed (`true`) or release
-    /// the key so that a retry runs the handler again (`false`, the
-    /// default).
-    pub fn record_server_errors(self, record: bool) -> Self {
-        self.set(|o| o.record_server_errors(record))
-    }
-
-    /// Whether a store failure lets the request through to the handler
-    /// without idempotency (`true`) or answers 503 (`false`, the default).
-    pub fn fail_open(self, open: bool) -> Self {
-        self.set(|o| o.fail_open(open))
-    }
-
-    /// The longest one store call may take before it counts as a store
-    /// failure. Default 5 s.
-    pub fn with_store_timeout(self, timeout: Duration) -> Self {
-        self.set(|o| o.with_store_timeout(timeout))
     }
 }
 

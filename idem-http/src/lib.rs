@@ -71,6 +71,8 @@ mod options;
 mod problem;
 pub mod stored;
 
+pub use http;
+
 pub use exchange::{Admission, BoxError, Collected, Reply, ResponseBody};
 pub use fingerprint::{canonical_fingerprint, fingerprint, raw_fingerprint, SCHEME};
 pub use header::{client_key, KeyHeaderError};

@@ -128,3 +128,85 @@ impl Options {
         self.max_response_body
     }
 }
+
+/// Writes the `with_*` setters of [`Options`] on an adapter's builder, so
+/// that every adapter offers the same options under the same names with
+/// the same docs. The type must have a method
+/// `fn map_options(self, change: impl FnOnce(Options) -> Options) -> Self`.
+///
+/// ```
+/// use idem_http::Options;
+///
+/// /// An adapter's builder.
+/// pub struct Middleware {
+///     options: Options,
+/// }
+///
+/// impl Middleware {
+///     fn map_options(mut self, change: impl FnOnce(Options) -> Options) -> Self {
+///         self.options = change(self.options);
+///         self
+///     }
+///
+///     idem_http::option_setters!();
+/// }
+///
+/// let m = Middleware { options: Options::new(idem_core::MemoryStore::new()) }.require_key(true);
+/// # let _ = m;
+/// ```
+#[macro_export]
+macro_rules! option_setters {
+    () => {
+        /// Reads the key from this header instead of `Idempotency-Key`.
+        pub fn with_header_name(self, name: $crate::http::HeaderName) -> Self {
+            self.map_options(|o| o.with_header_name(name))
+        }
+
+        /// Whether a protected request without a key is refused with 400
+        /// (`true`) or passed through unprotected (`false`, the default).
+        pub fn require_key(self, required: bool) -> Self {
+            self.map_options(|o| o.require_key(required))
+        }
+
+        /// The methods to protect, replacing the default `POST` and `PATCH`.
+        pub fn with_methods(
+            self,
+            methods: impl ::std::iter::IntoIterator<Item = $crate::http::Method>,
+        ) -> Self {
+            self.map_options(|o| o.with_methods(methods))
+        }
+
+        /// The largest request body a protected request may carry, in bytes;
+        /// larger ones get 413. Default 1 MiB.
+        pub fn with_max_request_body(self, bytes: usize) -> Self {
+            self.map_options(|o| o.with_max_request_body(bytes))
+        }
+
+        /// The largest response body that is recorded for replay, in bytes.
+        /// A larger one still reaches its client, and the key is marked as
+        /// executed without a replayable response. Default 1 MiB.
+        pub fn with_max_response_body(self, bytes: usize) -> Self {
+            self.map_options(|o| o.with_max_response_body(bytes))
+        }
+
+        /// Whether 5xx responses are recorded and replayed (`true`) or release
+        /// the key so that a retry runs the handler again (`false`, the
+        /// default).
+        pub fn record_server_errors(self, record: bool) -> Self {
+            self.map_options(|o| o.record_server_errors(record))
+        }
+
+        /// Whether a store failure lets the request through to the handler
+        /// without idempotency (`true`) or answers 503 (`false`, the default).
+        /// Either way the failure is logged.
+        pub fn fail_open(self, open: bool) -> Self {
+            self.map_options(|o| o.fail_open(open))
+        }
+
+        /// The longest one store call may take before it counts as a store
+        /// failure, so that a hung backend cannot hang requests. Default 5 s.
+        pub fn with_store_timeout(self, timeout: ::std::time::Duration) -> Self {
+            self.map_options(|o| o.with_store_timeout(timeout))
+        }
+    };
+}
