@@ -24,6 +24,7 @@ use crate::fixture::{self, BoxError, RETENTION};
 use crate::load::{self, HttpRow};
 use crate::report::Report;
 use crate::runner::{Protocol, Workload};
+use crate::stats;
 use crate::stores::redis as redis_rows;
 
 /// Keep-alive connections, and so concurrent requests, per row.
@@ -47,6 +48,7 @@ pub(crate) async fn measure(
         concurrency: vec![CONNECTIONS],
         ..plan.clone()
     };
+    fingerprint_cost(report);
     if backends.contains(&"memory") {
         let memory = HttpBench::memory(&plan.tag).await?;
         eprintln!("idem-bench: measuring http-memory");
@@ -72,6 +74,54 @@ pub(crate) async fn measure(
         }
     }
     Ok(())
+}
+
+/// What the layer's request fingerprint costs on the body the HTTP rows
+/// send: the raw-bytes form (scheme 1) alone, against the canonical JSON
+/// form with the raw one beside it for older records (what the layer
+/// computes), in alternating batches of one run, medians per call.
+fn fingerprint_cost(report: &mut Report) {
+    const BATCHES: usize = 21;
+    const CALLS: u32 = 2000;
+    let (parts, ()) = http::Request::post("/pay")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(())
+        .unwrap_or_default()
+        .into_parts();
+    let body = serde_json::to_vec(&fixture::Order::sample()).unwrap_or_default();
+    let batch = |f: &dyn Fn() -> bool| {
+        let started = std::time::Instant::now();
+        for _ in 0..CALLS {
+            std::hint::black_box(f());
+        }
+        started.elapsed().as_nanos() as f64 / f64::from(CALLS)
+    };
+    let raw = || {
+        let f = idem_http::raw_fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+        std::hint::black_box(f).scheme() == 1
+    };
+    let layer = || {
+        let f = idem_http::fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+        std::hint::black_box(f).current().scheme() == 2
+    };
+    let (mut raw_ns, mut layer_ns) = (Vec::new(), Vec::new());
+    for _ in 0..BATCHES {
+        raw_ns.push(batch(&raw));
+        layer_ns.push(batch(&layer));
+    }
+    let (Some(raw), Some(layer)) = (stats::median(&raw_ns), stats::median(&layer_ns)) else {
+        return;
+    };
+    let ratio = stats::ratio(layer, raw).unwrap_or(f64::NAN);
+    report.sections.push(format!(
+        "HTTP request fingerprint, {}-byte JSON body, median of {BATCHES} batches:\n  \
+         raw bytes {raw:.0} ns, canonical JSON + raw (as the layer runs) {layer:.0} ns, \
+         ratio {ratio:.2}",
+        body.len()
+    ));
+    report.lines.push(format!(
+        "http-fingerprint raw {raw:.0} canonical {layer:.0} ratio {ratio:.3}"
+    ));
 }
 
 /// The two apps of one backend and what the rows need to reach them.

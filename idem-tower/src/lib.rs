@@ -25,11 +25,9 @@
 
 mod body;
 mod layer;
-mod problem;
-mod request;
-mod response;
 mod service;
 
 pub use body::{BoxError, RequestBody, ResponseBody};
+pub use idem_http::Options;
 pub use layer::IdempotencyLayer;
 pub use service::{IdempotencyService, ResponseFuture};
