@@ -217,7 +217,8 @@ impl Idempotent {
             Err(error) => return Err(error.into_work_error()),
         };
 
-        let (outcome, lost) = run_with_heartbeat(&lease, work()).await;
+        let ran = lease.with_heartbeat(work()).await;
+        let (outcome, lost) = (ran.output, ran.lease_lost);
         if lost {
             return match outcome {
                 Err(error) => Err(Error::Work(error)),
@@ -267,7 +268,11 @@ impl Idempotent {
         self.begin_key(self.key(key)?, fingerprint).await
     }
 
-    async fn begin_key(&self, key: Key, fingerprint: Fingerprint) -> Result<Begin, Error> {
+    pub(crate) async fn begin_key(
+        &self,
+        key: Key,
+        fingerprint: Fingerprint,
+    ) -> Result<Begin, Error> {
         let waiting_until = self.wait.map(|wait| tokio::time::Instant::now() + wait);
         let mut backoff = Duration::from_millis(5);
         let mut retry_after = Duration::ZERO;
@@ -327,19 +332,5 @@ impl Idempotent {
             self.lease,
             self.retention.max(self.lease),
         )
-    }
-}
-
-/// Polls `work` and the lease's heartbeat together in this task, so no
-/// spawned task can outlive the call. Returns the work's outcome and whether
-/// the lease was found lost while it ran.
-async fn run_with_heartbeat<Fut: Future>(lease: &Lease, work: Fut) -> (Fut::Output, bool) {
-    let mut work = std::pin::pin!(work);
-    let heartbeat = lease.heartbeat();
-    let mut heartbeat = std::pin::pin!(heartbeat);
-    tokio::select! {
-        biased;
-        outcome = &mut work => (outcome, false),
-        () = &mut heartbeat => (work.await, true),
     }
 }

@@ -180,6 +180,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod effects;
 mod error;
 mod fingerprint;
 mod idempotent;
@@ -190,6 +191,7 @@ mod memory;
 mod record;
 mod store;
 
+pub use effects::{Ran, Started};
 pub use error::{Error, When};
 pub use fingerprint::Fingerprint;
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
