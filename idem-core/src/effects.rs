@@ -90,9 +90,9 @@ impl Lease {
     }
 }
 
-/// What [`Idempotent::begin_json`] found.
+/// What [`Idempotent::begin_json`] found: the two answers a claim can have
+/// once errors are taken out, so matching on it needs no catch-all.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Started<T> {
     /// The key is this caller's: run the work under the lease.
     Run(Lease),
