@@ -113,6 +113,8 @@ pub(crate) enum Op {
         payload: Vec<u8>,
         retention: Duration,
     },
+    /// A lease's work and its fenced completion, in one savepoint.
+    Work(crate::tx::TxWork),
 }
 
 /// What an operation answered.
@@ -152,7 +154,7 @@ impl Op {
         match self {
             Op::Insert { .. } | Op::Load { .. } | Op::RawClaim { .. } => true,
             Op::Swap { take_over, .. } => *take_over,
-            Op::Remove { .. } | Op::Purge { .. } | Op::RawComplete { .. } => false,
+            Op::Remove { .. } | Op::Purge { .. } | Op::RawComplete { .. } | Op::Work(_) => false,
         }
     }
 
@@ -243,6 +245,7 @@ impl Op {
                     .query_row(params![key], |row| row.get(0))?;
                 Ok(Done::Claimed(Some(payload)))
             }
+            Op::Work(work) => crate::tx::run(conn, work),
             Op::RawComplete {
                 key,
                 token,

@@ -7,3 +7,4 @@ mod crash;
 mod files;
 mod locking;
 mod support;
+mod tx;
