@@ -1,5 +1,6 @@
 //! The simulated payment gateway and the ledger of charges it made.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,6 +30,8 @@ pub struct Charge {
 pub struct Gateway {
     latency: Duration,
     ledger: Ledger,
+    /// Charges by the idempotency key the gateway itself was sent.
+    by_key: Mutex<HashMap<String, Charge>>,
 }
 
 impl Gateway {
@@ -37,6 +40,7 @@ impl Gateway {
         Gateway {
             latency,
             ledger: Ledger::default(),
+            by_key: Mutex::new(HashMap::new()),
         }
     }
 
@@ -57,6 +61,49 @@ impl Gateway {
         };
         self.ledger.append(charge.clone());
         charge
+    }
+
+    /// Charges like [`charge`](Gateway::charge), but once per
+    /// `gateway_key`, as a payment provider's own `Idempotency-Key` does: a
+    /// second call with the same key (a re-run after a crash) returns the
+    /// first call's charge and charges nothing.
+    pub async fn charge_once(
+        &self,
+        gateway_key: &str,
+        key: &str,
+        amount: i64,
+        currency: &str,
+    ) -> Charge {
+        if let Some(charge) = self.known(gateway_key) {
+            return charge;
+        }
+        let jitter = rand::rng().random_range(0..=self.latency.as_micros() as u64);
+        tokio::time::sleep(self.latency + Duration::from_micros(jitter)).await;
+        let mut by_key = self
+            .by_key
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(charge) = by_key.get(gateway_key) {
+            return charge.clone();
+        }
+        let charge = Charge {
+            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
+            amount,
+            currency: currency.to_owned(),
+            idempotency_key: key.to_owned(),
+            created_at: rfc3339(SystemTime::now()),
+        };
+        self.ledger.append(charge.clone());
+        by_key.insert(gateway_key.to_owned(), charge.clone());
+        charge
+    }
+
+    fn known(&self, gateway_key: &str) -> Option<Charge> {
+        self.by_key
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(gateway_key)
+            .cloned()
     }
 
     /// The ledger of every charge made.
@@ -102,7 +149,7 @@ impl Ledger {
 }
 
 /// Formats `at` as RFC 3339 in UTC with milliseconds.
-fn rfc3339(at: SystemTime) -> String {
+pub(crate) fn rfc3339(at: SystemTime) -> String {
     let since_epoch = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since_epoch.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);
@@ -148,5 +195,16 @@ mod tests {
         let charge = gateway.charge("k1", 1250, "EUR").await;
         assert_eq!(gateway.ledger().charges(), vec![charge.clone()]);
         assert!(charge.id.starts_with("ch_") && charge.id.len() == 19);
+    }
+
+    #[tokio::test]
+    async fn a_gateway_key_is_charged_once() {
+        let gateway = Gateway::new(Duration::ZERO);
+        let first = gateway.charge_once("g1", "k1", 1250, "EUR").await;
+        let again = gateway.charge_once("g1", "k1", 1250, "EUR").await;
+        let other = gateway.charge_once("g2", "k2", 5, "EUR").await;
+        assert_eq!(first, again);
+        assert_ne!(first.id, other.id);
+        assert_eq!(gateway.ledger().charges(), vec![first, other]);
     }
 }
