@@ -73,49 +73,10 @@ async fn create_payment(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
-        let is_json = content_type
-            .to_str()
-            .map(|v| v.split(';').next().unwrap_or("").trim())
-            .is_ok_and(|v| v.eq_ignore_ascii_case("application/json"));
-        if !is_json {
-            return problem(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-                "send the payment as application/json",
-            );
-        }
-    }
-    // The layer has already rejected a missing or malformed key; this is
-    // the handler's own guard should the route ever be mounted without it.
-    let Some(key) = client_key(&headers) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "missing-idempotency-key",
-            "Missing idempotency key",
-            "send an Idempotency-Key header with every payment",
-        );
+    let (key, payment) = match parse_payment(&headers, &body) {
+        Ok(parsed) => parsed,
+        Err(refusal) => return *refusal,
     };
-    let payment: PaymentRequest = match serde_json::from_slice(&body) {
-        Ok(payment) => payment,
-        Err(e) => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                "malformed-payment",
-                "Malformed payment",
-                &format!("expected {{\"amount\": <integer>, \"currency\": \"EUR\"}}: {e}"),
-            )
-        }
-    };
-    if let Err(detail) = validate(&payment) {
-        return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-payment",
-            "Invalid payment",
-            detail,
-        );
-    }
     // A handler re-run after a crash (the key taken over once its lease
     // lapsed) sends the gateway the same derived key, and the gateway
     // charges it once: the key `lease.derive_key("gateway")` would give.
@@ -137,6 +98,54 @@ async fn create_payment(
     tracing::info!(id = %charge.id, key = %key, amount = charge.amount,
         currency = %charge.currency, "charged");
     (StatusCode::CREATED, Json(charge)).into_response()
+}
+
+/// Reads a payment request: its content type, its key (the layer has
+/// already rejected a missing or malformed one where it runs; this is the
+/// handler's own guard) and its body, each refused with its problem.
+pub(crate) fn parse_payment(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(String, PaymentRequest), Box<Response>> {
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let is_json = content_type
+            .to_str()
+            .map(|v| v.split(';').next().unwrap_or("").trim())
+            .is_ok_and(|v| v.eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(Box::new(problem(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+                "send the payment as application/json",
+            )));
+        }
+    }
+    let Some(key) = client_key(headers) else {
+        return Err(Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "missing-idempotency-key",
+            "Missing idempotency key",
+            "send an Idempotency-Key header with every payment",
+        )));
+    };
+    let payment: PaymentRequest = serde_json::from_slice(body).map_err(|e| {
+        Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "malformed-payment",
+            "Malformed payment",
+            &format!("expected {{\"amount\": <integer>, \"currency\": \"EUR\"}}: {e}"),
+        ))
+    })?;
+    if let Err(detail) = validate(&payment) {
+        return Err(Box::new(problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-payment",
+            "Invalid payment",
+            detail,
+        )));
+    }
+    Ok((key, payment))
 }
 
 pub(crate) fn validate(payment: &PaymentRequest) -> Result<(), &'static str> {

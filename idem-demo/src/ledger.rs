@@ -24,6 +24,19 @@ pub struct Charge {
     pub created_at: String,
 }
 
+impl Charge {
+    /// A new charge made now under `key`, with a fresh id.
+    pub(crate) fn new(key: &str, amount: i64, currency: &str) -> Charge {
+        Charge {
+            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
+            amount,
+            currency: currency.to_owned(),
+            idempotency_key: key.to_owned(),
+            created_at: rfc3339(SystemTime::now()),
+        }
+    }
+}
+
 /// A stand-in for a remote payment gateway: every charge takes a network
 /// round trip's worth of time before it lands in the [`Ledger`].
 #[derive(Debug)]
@@ -50,17 +63,15 @@ impl Gateway {
     /// a call dropped while it waits has charged nothing, like a request
     /// that never reached the gateway.
     pub async fn charge(&self, key: &str, amount: i64, currency: &str) -> Charge {
-        let jitter = rand::rng().random_range(0..=self.latency.as_micros() as u64);
-        tokio::time::sleep(self.latency + Duration::from_micros(jitter)).await;
-        let charge = Charge {
-            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
-            amount,
-            currency: currency.to_owned(),
-            idempotency_key: key.to_owned(),
-            created_at: rfc3339(SystemTime::now()),
-        };
+        self.round_trip().await;
+        let charge = Charge::new(key, amount, currency);
         self.ledger.append(charge.clone());
         charge
+    }
+
+    async fn round_trip(&self) {
+        let jitter = rand::rng().random_range(0..=self.latency.as_micros() as u64);
+        tokio::time::sleep(self.latency + Duration::from_micros(jitter)).await;
     }
 
     /// Charges like [`charge`](Gateway::charge), but once per
@@ -77,8 +88,7 @@ impl Gateway {
         if let Some(charge) = self.known(gateway_key) {
             return charge;
         }
-        let jitter = rand::rng().random_range(0..=self.latency.as_micros() as u64);
-        tokio::time::sleep(self.latency + Duration::from_micros(jitter)).await;
+        self.round_trip().await;
         let mut by_key = self
             .by_key
             .lock()
@@ -86,13 +96,7 @@ impl Gateway {
         if let Some(charge) = by_key.get(gateway_key) {
             return charge.clone();
         }
-        let charge = Charge {
-            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
-            amount,
-            currency: currency.to_owned(),
-            idempotency_key: key.to_owned(),
-            created_at: rfc3339(SystemTime::now()),
-        };
+        let charge = Charge::new(key, amount, currency);
         self.ledger.append(charge.clone());
         by_key.insert(gateway_key.to_owned(), charge.clone());
         charge
@@ -149,7 +153,7 @@ impl Ledger {
 }
 
 /// Formats `at` as RFC 3339 in UTC with milliseconds.
-pub(crate) fn rfc3339(at: SystemTime) -> String {
+fn rfc3339(at: SystemTime) -> String {
     let since_epoch = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since_epoch.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);

@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::store::StoreSpec;
 
@@ -25,12 +25,9 @@ use axum::{Json, Router};
 use idem_core::{Error, Idempotent, Store, StoreError};
 use idem_postgres::PostgresStore;
 use idem_sqlite::SqliteStore;
-use rand::Rng;
 
-use crate::app::{
-    self, client_key, problem, validate, PaymentRequest, IDEMPOTENT_REPLAYED, NAMESPACE,
-};
-use crate::ledger::{rfc3339, Charge};
+use crate::app::{self, parse_payment, problem, PaymentRequest, IDEMPOTENT_REPLAYED, NAMESPACE};
+use crate::ledger::Charge;
 
 const CHARGES: &str = "idem_demo_charges";
 
@@ -147,13 +144,7 @@ impl ChargeBook {
         payment: &PaymentRequest,
         latency: Duration,
     ) -> Result<(Charge, bool), Error<String>> {
-        let charge = Charge {
-            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
-            amount: payment.amount,
-            currency: payment.currency.clone(),
-            idempotency_key: key.to_owned(),
-            created_at: rfc3339(SystemTime::now()),
-        };
+        let charge = Charge::new(key, payment.amount, &payment.currency);
         let made_here = charge.id.clone();
         let insert = format!(
             "INSERT INTO {CHARGES} (id, idempotency_key, amount, currency, created_at) \
@@ -255,33 +246,10 @@ async fn create_payment(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(key) = client_key(&headers) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "missing-idempotency-key",
-            "Missing idempotency key",
-            "send an Idempotency-Key header with every payment",
-        );
+    let (key, payment) = match parse_payment(&headers, &body) {
+        Ok(parsed) => parsed,
+        Err(refusal) => return *refusal,
     };
-    let payment: PaymentRequest = match serde_json::from_slice(&body) {
-        Ok(payment) => payment,
-        Err(e) => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                "malformed-payment",
-                "Malformed payment",
-                &format!("expected {{\"amount\": <integer>, \"currency\": \"EUR\"}}: {e}"),
-            )
-        }
-    };
-    if let Err(detail) = validate(&payment) {
-        return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-payment",
-            "Invalid payment",
-            detail,
-        );
-    }
     match state
         .book
         .charge(&state.idem, &key, &payment, state.latency)
