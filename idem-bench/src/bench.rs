@@ -36,6 +36,12 @@ pub(crate) enum Kind {
     Control,
     /// idem's `execute` over the store crate.
     Idem,
+    /// The raw protocol with the effect in the same transaction (PostgreSQL
+    /// only): the bare claim, then one transaction holding a business
+    /// insert and the token-conditioned completion.
+    RawTx,
+    /// idem's `execute_in_tx` doing the same: measured against `raw-tx`.
+    IdemTx,
 }
 
 impl Kind {
@@ -47,6 +53,8 @@ impl Kind {
             Kind::Timed => "raw-ttl",
             Kind::Control => "control",
             Kind::Idem => "idem",
+            Kind::RawTx => "raw-tx",
+            Kind::IdemTx => "idem-tx",
         }
     }
 }

@@ -23,6 +23,8 @@ fn color(kind: Kind) -> RGBColor {
         Kind::Single => RGBColor(110, 170, 110),
         Kind::Timed => RGBColor(110, 110, 110),
         Kind::Idem => RGBColor(40, 100, 200),
+        Kind::RawTx => RGBColor(120, 120, 160),
+        Kind::IdemTx => RGBColor(40, 160, 200),
     }
 }
 

@@ -135,6 +135,8 @@ impl Args {
                 Kind::Timed,
                 Kind::Control,
                 Kind::Idem,
+                Kind::RawTx,
+                Kind::IdemTx,
             ]
             .iter()
             .any(|k| k.name() == r.trim())

@@ -110,11 +110,15 @@ impl Report {
         for row in &self.rows {
             let ratio = match row.kind {
                 Kind::Idem => self.ratio(row).map(|r| format!("{r:.2}")),
+                Kind::IdemTx => self
+                    .peer(row, Kind::RawTx)
+                    .and_then(|raw| paired_ratio(&row.reps, &raw.reps))
+                    .map(|r| format!("{r:.2}")),
                 Kind::Blog | Kind::Single | Kind::Timed => self
                     .peer(row, Kind::Raw)
                     .and_then(|raw| paired_ratio(&row.reps, &raw.reps))
                     .map(|r| format!("({r:.2})")),
-                Kind::Raw | Kind::Control => None,
+                Kind::Raw | Kind::Control | Kind::RawTx => None,
             };
             let _ = writeln!(
                 out,

@@ -293,7 +293,11 @@ impl Idempotent {
         self.begin_key(self.key(key)?, fingerprint.into()).await
     }
 
-    async fn begin_key(&self, key: Key, fingerprints: Fingerprints) -> Result<Begin, Error> {
+    pub(crate) async fn begin_key(
+        &self,
+        key: Key,
+        fingerprints: Fingerprints,
+    ) -> Result<Begin, Error> {
         let fingerprint = fingerprints.current();
         let mut waiter = Waiter::new(self.wait);
         let mut lost_takeovers = 0;

@@ -7,7 +7,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Error, Fingerprint, Key, NewRecord, State, Store, Token, When};
+use crate::{Error, Fingerprint, Key, State, Store, Token, When};
 
 /// What [`Idempotent::begin`](crate::Idempotent::begin) decided.
 #[derive(Debug)]
@@ -119,6 +119,21 @@ impl Lease {
         self.token
     }
 
+    /// The fingerprint of the request this lease runs.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+
+    /// The lease's length: how long a claim or renewal holds the key.
+    pub fn lease_length(&self) -> Duration {
+        self.lease
+    }
+
+    /// How long a recorded outcome is kept.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
     /// How often [`renew`](Lease::renew) should be called while the work
     /// runs: a third of the lease, so two renewals may fail before it lapses
     /// (never below [`clamp::SHORTEST`](crate::clamp::SHORTEST)).
@@ -177,14 +192,7 @@ impl Lease {
     }
 
     async fn swap(&self, state: State, payload: &[u8]) -> Result<(), Error> {
-        let record = NewRecord {
-            token: self.token,
-            fingerprint: self.fingerprint,
-            state,
-            payload,
-            lease: (state == State::InFlight).then_some(self.lease),
-            retention: self.retention,
-        };
+        let record = self.record(state, payload);
         match self
             .store
             .swap(self.key.as_str(), self.token, &record)

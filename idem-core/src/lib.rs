@@ -187,6 +187,7 @@
 
 mod canonical;
 pub mod clamp;
+mod effects;
 mod error;
 mod fingerprint;
 mod idempotent;
@@ -197,6 +198,7 @@ mod memory;
 mod record;
 mod store;
 
+pub use effects::Started;
 pub use error::{Error, When};
 pub use fingerprint::{Fingerprint, Fingerprints};
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};

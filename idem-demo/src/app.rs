@@ -24,12 +24,11 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 // Records are namespaced so that the demo can share a Redis or PostgreSQL
 // server with other applications without its keys meeting theirs.
-const NAMESPACE: &str = "idem-demo";
+pub(crate) const NAMESPACE: &str = "idem-demo";
 
 #[derive(Debug, Clone)]
 struct AppState {
     gateway: Arc<Gateway>,
-    store: Arc<dyn Store>,
 }
 
 /// The payments API over `store`, charging through `gateway`:
@@ -49,17 +48,24 @@ pub fn router(store: Arc<dyn Store>, gateway: Arc<Gateway>) -> Router {
             "/payments",
             post(create_payment).get(list_payments).layer(idempotency),
         )
-        .route("/healthz", get(healthz))
+        .with_state(AppState { gateway })
+        .merge(health_router(store))
         .layer(middleware::from_fn(log_request))
-        .with_state(AppState { gateway, store })
+}
+
+/// `GET /healthz` over `store`.
+pub(crate) fn health_router(store: Arc<dyn Store>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(store)
 }
 
 /// What a client asks to be charged.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
-struct PaymentRequest {
-    amount: i64,
-    currency: String,
+pub(crate) struct PaymentRequest {
+    pub(crate) amount: i64,
+    pub(crate) currency: String,
 }
 
 async fn create_payment(
@@ -67,59 +73,82 @@ async fn create_payment(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
-        let is_json = content_type
-            .to_str()
-            .map(|v| v.split(';').next().unwrap_or("").trim())
-            .is_ok_and(|v| v.eq_ignore_ascii_case("application/json"));
-        if !is_json {
-            return problem(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-                "send the payment as application/json",
-            );
-        }
-    }
-    // The layer has already rejected a missing or malformed key; this is
-    // the handler's own guard should the route ever be mounted without it.
-    let Some(key) = client_key(&headers) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "missing-idempotency-key",
-            "Missing idempotency key",
-            "send an Idempotency-Key header with every payment",
-        );
+    let (key, payment) = match parse_payment(&headers, &body) {
+        Ok(parsed) => parsed,
+        Err(refusal) => return *refusal,
     };
-    let payment: PaymentRequest = match serde_json::from_slice(&body) {
-        Ok(payment) => payment,
+    // A handler re-run after a crash (the key taken over once its lease
+    // lapsed) sends the gateway the same derived key, and the gateway
+    // charges it once: the key `lease.derive_key("gateway")` would give.
+    let derived = match idem_core::Key::new(NAMESPACE, "", &key) {
+        Ok(full) => idem_core::Key::derive(&[full.as_str(), "gateway"]),
         Err(e) => {
             return problem(
                 StatusCode::BAD_REQUEST,
-                "malformed-payment",
-                "Malformed payment",
-                &format!("expected {{\"amount\": <integer>, \"currency\": \"EUR\"}}: {e}"),
+                "invalid-idempotency-key",
+                "Invalid idempotency key",
+                &e.to_string(),
             )
         }
     };
-    if let Err(detail) = validate(&payment) {
-        return problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid-payment",
-            "Invalid payment",
-            detail,
-        );
-    }
     let charge = state
         .gateway
-        .charge(&key, payment.amount, &payment.currency)
+        .charge_once(&derived, &key, payment.amount, &payment.currency)
         .await;
     tracing::info!(id = %charge.id, key = %key, amount = charge.amount,
         currency = %charge.currency, "charged");
     (StatusCode::CREATED, Json(charge)).into_response()
 }
 
-fn validate(payment: &PaymentRequest) -> Result<(), &'static str> {
+/// Reads a payment request: its content type, its key (the layer has
+/// already rejected a missing or malformed one where it runs; this is the
+/// handler's own guard) and its body, each refused with its problem.
+pub(crate) fn parse_payment(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(String, PaymentRequest), Box<Response>> {
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let is_json = content_type
+            .to_str()
+            .map(|v| v.split(';').next().unwrap_or("").trim())
+            .is_ok_and(|v| v.eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(Box::new(problem(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+                "send the payment as application/json",
+            )));
+        }
+    }
+    let Some(key) = client_key(headers) else {
+        return Err(Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "missing-idempotency-key",
+            "Missing idempotency key",
+            "send an Idempotency-Key header with every payment",
+        )));
+    };
+    let payment: PaymentRequest = serde_json::from_slice(body).map_err(|e| {
+        Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "malformed-payment",
+            "Malformed payment",
+            &format!("expected {{\"amount\": <integer>, \"currency\": \"EUR\"}}: {e}"),
+        ))
+    })?;
+    if let Err(detail) = validate(&payment) {
+        return Err(Box::new(problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-payment",
+            "Invalid payment",
+            detail,
+        )));
+    }
+    Ok((key, payment))
+}
+
+pub(crate) fn validate(payment: &PaymentRequest) -> Result<(), &'static str> {
     if payment.amount <= 0 {
         return Err("amount must be a positive integer in the currency's minor unit");
     }
@@ -132,7 +161,7 @@ fn validate(payment: &PaymentRequest) -> Result<(), &'static str> {
 
 /// The client key as the idempotency layer reads it: a bare token, or the
 /// IETF draft's quoted string, unquoted.
-fn client_key(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn client_key(headers: &HeaderMap) -> Option<String> {
     let raw = headers.get(IDEMPOTENCY_KEY)?.to_str().ok()?.trim();
     let Some(quoted) = raw
         .strip_prefix('"')
@@ -159,10 +188,10 @@ async fn list_payments(State(state): State<AppState>) -> Json<ChargeList> {
     })
 }
 
-async fn healthz(State(state): State<AppState>) -> Response {
+async fn healthz(State(store): State<Arc<dyn Store>>) -> Response {
     // A read of a key nobody writes: proves the store answers without
     // changing anything in it.
-    match state.store.load("idem-demo/healthz").await {
+    match store.load("idem-demo/healthz").await {
         Ok(_) => Json(json!({ "status": "ok" })).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "health check: the store failed");
@@ -177,7 +206,7 @@ async fn healthz(State(state): State<AppState>) -> Response {
 }
 
 /// An RFC 9457 problem response.
-fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Response {
+pub(crate) fn problem(status: StatusCode, kind: &str, title: &str, detail: &str) -> Response {
     let body = json!({
         "type": format!("tag:idem-rs.github.io,2025:demo/{kind}"),
         "title": title,

@@ -1,5 +1,6 @@
 //! The simulated payment gateway and the ledger of charges it made.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,12 +24,27 @@ pub struct Charge {
     pub created_at: String,
 }
 
+impl Charge {
+    /// A new charge made now under `key`, with a fresh id.
+    pub(crate) fn new(key: &str, amount: i64, currency: &str) -> Charge {
+        Charge {
+            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
+            amount,
+            currency: currency.to_owned(),
+            idempotency_key: key.to_owned(),
+            created_at: rfc3339(SystemTime::now()),
+        }
+    }
+}
+
 /// A stand-in for a remote payment gateway: every charge takes a network
 /// round trip's worth of time before it lands in the [`Ledger`].
 #[derive(Debug)]
 pub struct Gateway {
     latency: Duration,
     ledger: Ledger,
+    /// Charges by the idempotency key the gateway itself was sent.
+    by_key: Mutex<HashMap<String, Charge>>,
 }
 
 impl Gateway {
@@ -37,6 +53,7 @@ impl Gateway {
         Gateway {
             latency,
             ledger: Ledger::default(),
+            by_key: Mutex::new(HashMap::new()),
         }
     }
 
@@ -46,17 +63,51 @@ impl Gateway {
     /// a call dropped while it waits has charged nothing, like a request
     /// that never reached the gateway.
     pub async fn charge(&self, key: &str, amount: i64, currency: &str) -> Charge {
-        let jitter = rand::rng().random_range(0..=self.latency.as_micros() as u64);
-        tokio::time::sleep(self.latency + Duration::from_micros(jitter)).await;
-        let charge = Charge {
-            id: format!("ch_{:016x}", rand::rng().random::<u64>()),
-            amount,
-            currency: currency.to_owned(),
-            idempotency_key: key.to_owned(),
-            created_at: rfc3339(SystemTime::now()),
-        };
+        self.round_trip().await;
+        let charge = Charge::new(key, amount, currency);
         self.ledger.append(charge.clone());
         charge
+    }
+
+    async fn round_trip(&self) {
+        let jitter = rand::rng().random_range(0..=self.latency.as_micros() as u64);
+        tokio::time::sleep(self.latency + Duration::from_micros(jitter)).await;
+    }
+
+    /// Charges like [`charge`](Gateway::charge), but once per
+    /// `gateway_key`, as a payment provider's own `Idempotency-Key` does: a
+    /// second call with the same key (a re-run after a crash) returns the
+    /// first call's charge and charges nothing.
+    pub async fn charge_once(
+        &self,
+        gateway_key: &str,
+        key: &str,
+        amount: i64,
+        currency: &str,
+    ) -> Charge {
+        if let Some(charge) = self.known(gateway_key) {
+            return charge;
+        }
+        self.round_trip().await;
+        let mut by_key = self
+            .by_key
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(charge) = by_key.get(gateway_key) {
+            return charge.clone();
+        }
+        let charge = Charge::new(key, amount, currency);
+        self.ledger.append(charge.clone());
+        by_key.insert(gateway_key.to_owned(), charge.clone());
+        charge
+    }
+
+    fn known(&self, gateway_key: &str) -> Option<Charge> {
+        self.by_key
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(gateway_key)
+            .cloned()
     }
 
     /// The ledger of every charge made.
@@ -148,5 +199,16 @@ mod tests {
         let charge = gateway.charge("k1", 1250, "EUR").await;
         assert_eq!(gateway.ledger().charges(), vec![charge.clone()]);
         assert!(charge.id.starts_with("ch_") && charge.id.len() == 19);
+    }
+
+    #[tokio::test]
+    async fn a_gateway_key_is_charged_once() {
+        let gateway = Gateway::new(Duration::ZERO);
+        let first = gateway.charge_once("g1", "k1", 1250, "EUR").await;
+        let again = gateway.charge_once("g1", "k1", 1250, "EUR").await;
+        let other = gateway.charge_once("g2", "k2", 5, "EUR").await;
+        assert_eq!(first, again);
+        assert_ne!(first.id, other.id);
+        assert_eq!(gateway.ledger().charges(), vec![first, other]);
     }
 }

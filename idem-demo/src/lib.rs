@@ -24,8 +24,10 @@
 #![forbid(unsafe_code)]
 
 mod app;
+mod chaos;
 mod client;
 mod ledger;
+mod payments;
 mod report;
 mod server;
 mod store;
@@ -33,8 +35,10 @@ mod storm;
 mod verify;
 
 pub use app::{router, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use chaos::{storm_with_chaos, ChaosReport, CHAOS_LEASE};
 pub use client::ClientError;
 pub use ledger::{Charge, Gateway, Ledger};
+pub use payments::{router_in_db, ChargeBook};
 pub use report::Report;
 pub use server::{RunningServer, DEFAULT_GATEWAY_LATENCY};
 pub use store::{StoreSpec, StoreSpecError};

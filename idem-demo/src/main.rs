@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use idem_demo::{
     run_storm, storm_in_process, RunningServer, StoreSpec, StormConfig, DEFAULT_GATEWAY_LATENCY,
 };
+
+mod chaos_cli;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -42,6 +44,10 @@ struct ServeArgs {
     /// to as much again of jitter).
     #[arg(long, default_value_t = DEFAULT_GATEWAY_LATENCY.as_millis() as u64)]
     latency_ms: u64,
+    /// How long a killed server's keys stay blocked, in milliseconds
+    /// (SQLite and PostgreSQL, where charges live in the store's database).
+    #[arg(long, default_value_t = 60_000)]
+    lease_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -71,6 +77,11 @@ struct StormArgs {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// Run the server as a child process and kill it with SIGKILL this many
+    /// times during the storm, restarting it each time, then check the
+    /// ledger it persisted (SQLite or PostgreSQL stores).
+    #[arg(long, conflicts_with = "url")]
+    chaos: Option<usize>,
 }
 
 #[tokio::main]
@@ -102,7 +113,15 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let latency = Duration::from_millis(args.latency_ms);
-    let server = match RunningServer::start(args.addr, store, latency).await {
+    let started = match chaos_cli::open_book(&args.store).await {
+        Ok(Some(book)) => {
+            let lease = Duration::from_millis(args.lease_ms);
+            RunningServer::start_in_db(args.addr, book, lease, latency).await
+        }
+        Ok(None) => RunningServer::start(args.addr, store, latency).await,
+        Err(code) => return code,
+    };
+    let server = match started {
         Ok(server) => server,
         Err(e) => {
             tracing::error!(addr = %args.addr, error = %e, "cannot listen");
@@ -133,6 +152,9 @@ async fn storm(args: StormArgs) -> ExitCode {
         "storm: {} payments by {} clients, seed {}",
         config.payments, config.clients, config.seed
     );
+    if let Some(kills) = args.chaos {
+        return chaos_cli::storm(args.store, kills, &config).await;
+    }
     let result = match &args.url {
         Some(url) => run_storm(url, &config).await,
         None => {

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::app;
 use crate::ledger::{Gateway, Ledger};
+use crate::payments::ChargeBook;
 
 /// The simulated gateway's default latency: a few milliseconds, like a
 /// payment provider in the same region.
@@ -38,6 +39,32 @@ impl RunningServer {
         store: Arc<dyn Store>,
         gateway_latency: Duration,
     ) -> io::Result<RunningServer> {
+        let gateway = Arc::new(Gateway::new(gateway_latency));
+        let router = app::router(store, Arc::clone(&gateway));
+        RunningServer::serve(addr, router, gateway).await
+    }
+
+    /// Binds `addr` and serves the payments API with its charges in `book`,
+    /// the store's own database, each written in the same transaction as
+    /// its idempotency record; the gateway's latency is spent in each
+    /// charge, and `lease` is how long a killed server's keys stay blocked.
+    /// [`ledger`](RunningServer::ledger) stays empty: the charges are in the
+    /// book.
+    pub async fn start_in_db(
+        addr: SocketAddr,
+        book: ChargeBook,
+        lease: Duration,
+        gateway_latency: Duration,
+    ) -> io::Result<RunningServer> {
+        let router = crate::payments::router_in_db(book, lease, gateway_latency);
+        RunningServer::serve(addr, router, Arc::new(Gateway::new(gateway_latency))).await
+    }
+
+    async fn serve(
+        addr: SocketAddr,
+        router: axum::Router,
+        gateway: Arc<Gateway>,
+    ) -> io::Result<RunningServer> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         // Small responses go out at once rather than waiting on Nagle's
@@ -47,8 +74,6 @@ impl RunningServer {
                 tracing::debug!(error = %e, "could not set TCP_NODELAY");
             }
         });
-        let gateway = Arc::new(Gateway::new(gateway_latency));
-        let router = app::router(store, Arc::clone(&gateway));
         let (shutdown, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             axum::serve(listener, router)

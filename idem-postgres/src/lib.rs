@@ -86,6 +86,21 @@
 //! # }
 //! ```
 //!
+//! # Exactly-once effects: transactional completion
+//!
+//! When the work's effect is a write to the same database,
+//! [`execute_in_tx`](PostgresStore::execute_in_tx) runs the work inside a
+//! transaction and records its outcome with a token-fenced update **in that
+//! transaction**: one commit makes the business rows and the outcome
+//! durable together, so a crash leaves both or neither, and a stale owner
+//! (its lease taken over) gets `LeaseLost` while its transaction rolls back.
+//! The claim still commits on its own first, and the heartbeat renews
+//! through a second pool connection. [`complete_in`](PostgresStore::complete_in)
+//! and [`fail_in`](PostgresStore::fail_in) are the same step for a
+//! transaction the caller manages. Costs: the claim, `BEGIN`, the work's
+//! statements, the fenced update and `COMMIT`: the round trips the raw
+//! protocol needs for the same job.
+//!
 //! # Failures
 //!
 //! A lost connection (server restart, `pg_terminate_backend`) fails the
@@ -98,6 +113,7 @@
 mod row;
 mod store;
 mod table;
+mod tx;
 
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
@@ -106,6 +122,7 @@ pub mod raw;
 pub use sqlx;
 pub use store::PostgresStore;
 pub use table::DEFAULT_TABLE;
+pub use tx::TxFuture;
 
 /// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
 pub(crate) const BACKEND: &str = "postgres";

@@ -62,7 +62,21 @@ pub async fn complete(
     payload: &[u8],
     retention: Duration,
 ) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(&store.statements().swap)
+    let done = completion(store, key, token, fingerprint, payload, retention)
+        .execute(store.pool())
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+fn completion<'q>(
+    store: &'q PostgresStore,
+    key: &'q str,
+    token: &'q [u8; 16],
+    fingerprint: &'q [u8; 32],
+    payload: &'q [u8],
+    retention: Duration,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(&store.statements().swap)
         .bind(key)
         .bind(&token[..])
         .bind(&token[..])
@@ -71,7 +85,22 @@ pub async fn complete(
         .bind(payload)
         .bind(None::<sqlx::postgres::types::PgInterval>)
         .bind(interval(retention))
-        .execute(store.pool())
+}
+
+/// The token-conditioned completion of `store` on `conn`, which the caller
+/// holds inside its own transaction: the raw form of
+/// [`PostgresStore::complete_in`]. Returns whether it matched.
+pub async fn complete_in(
+    conn: &mut sqlx::PgConnection,
+    store: &PostgresStore,
+    key: &str,
+    token: &[u8; 16],
+    fingerprint: &[u8; 32],
+    payload: &[u8],
+    retention: Duration,
+) -> Result<bool, sqlx::Error> {
+    let done = completion(store, key, token, fingerprint, payload, retention)
+        .execute(conn)
         .await?;
     Ok(done.rows_affected() == 1)
 }

@@ -150,7 +150,7 @@ impl PostgresStore {
 /// Binds a record's columns, in the order every writing statement takes
 /// them after its key (and expected token): token, fingerprint, state,
 /// payload, lease, retention.
-fn bind_record<'q>(
+pub(crate) fn bind_record<'q>(
     query: Query<'q, Postgres, PgArguments>,
     record: &'q NewRecord<'q>,
 ) -> Query<'q, Postgres, PgArguments> {

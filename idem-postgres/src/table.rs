@@ -127,6 +127,7 @@ pub(crate) struct Statements {
     pub(crate) remove: String,
     pub(crate) load: String,
     pub(crate) purge: String,
+    pub(crate) complete_in: String,
 }
 
 impl Statements {
@@ -160,7 +161,9 @@ impl Statements {
         );
         let owned_live_in_flight =
             format!("key = $1 AND token = $2 AND state = 0 AND retain_until > {NOW}");
+        let swap = format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}");
         Statements {
+            complete_in: crate::tx::fenced_completion(&swap),
             // The name inside the lock's literal passed validation, so it
             // holds no quote.
             migrate: format!(
@@ -203,7 +206,7 @@ impl Statements {
                  {lease_left}, {retain_left} \
                  FROM (SELECT * FROM seen UNION ALL SELECT * FROM claimed) AS found"
             ),
-            swap: format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}"),
+            swap,
             take_over: format!(
                 "UPDATE {t} SET {set_new} WHERE {owned_live_in_flight} \
                  AND (lease_until IS NULL OR lease_until <= {NOW})"

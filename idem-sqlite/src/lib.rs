@@ -26,6 +26,25 @@
 //!
 //! See [`SqliteStore`] for how it works: one writer thread, group commit,
 //! WAL with full synchronous commits, deadlines on the local clock.
+//!
+//! # Exactly-once effects: transactional completion
+//!
+//! When the work's effect is a write to the same database file,
+//! [`SqliteStore::execute_in_tx`] records the outcome in the same
+//! transaction as the work's rows, so a crash leaves both or neither and a
+//! stale owner's rows are undone. The work is a **synchronous closure run
+//! on the writer thread** inside a savepoint of the writer's current
+//! group-commit transaction; the token-fenced completion runs in the same
+//! savepoint. The alternatives cost more: a second connection with its own
+//! transaction would wait for the write lock the writer holds, and running
+//! an async closure while holding the writer would stall every other
+//! caller for as long as the closure awaits. A synchronous closure costs
+//! the others only its own run time, and its writes share one commit (one
+//! fsync) with the operations that queued before it. The closure cannot
+//! end the transaction: SQLite's authorizer refuses `COMMIT`, `ROLLBACK`
+//! and releasing the savepoint inside it. [`SqliteStore::settle_in_tx`] is
+//! the low-level step for a [`Lease`](idem_core::Lease) from
+//! `Idempotent::begin`.
 #![forbid(unsafe_code)]
 
 mod error;
@@ -34,7 +53,9 @@ mod ops;
 mod raw;
 mod schema;
 mod store;
+mod tx;
 mod writer;
 
 pub use rusqlite;
 pub use store::{SqliteStore, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_BATCH};
+pub use tx::Settle;

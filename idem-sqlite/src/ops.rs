@@ -99,6 +99,8 @@ pub(crate) enum Op {
     /// The bench's baseline statements.
     #[cfg(feature = "raw-protocol")]
     Raw(crate::raw::RawOp),
+    /// A lease's work and its fenced completion, in one savepoint.
+    Work(crate::tx::TxWork),
 }
 
 /// What an operation answered.
@@ -139,7 +141,7 @@ impl Op {
         match self {
             Op::Insert { .. } | Op::Load { .. } => true,
             Op::Swap { take_over, .. } => *take_over,
-            Op::Remove { .. } | Op::Purge { .. } => false,
+            Op::Remove { .. } | Op::Purge { .. } | Op::Work(_) => false,
             #[cfg(feature = "raw-protocol")]
             Op::Raw(raw) => raw.is_skippable(),
         }
@@ -210,6 +212,7 @@ impl Op {
             }
             #[cfg(feature = "raw-protocol")]
             Op::Raw(raw) => raw.run(conn, now),
+            Op::Work(work) => crate::tx::run(conn, work),
         }
     }
 }

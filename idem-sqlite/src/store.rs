@@ -91,6 +91,10 @@ pub enum Synchronous {
 /// refused with a [config](idem_core::StoreErrorKind::Config) error; a row
 /// that does not decode is a [corrupt](idem_core::StoreErrorKind::Corrupt)
 /// error.
+///
+/// Cheap to clone: clones share the writer thread, which ends when the
+/// last clone is dropped.
+#[derive(Clone)]
 pub struct SqliteStore {
     commands: Sender<Command>,
     path: Option<PathBuf>,

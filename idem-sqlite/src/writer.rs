@@ -111,7 +111,18 @@ impl Writer {
             match command {
                 Command::Job(job) => {
                     let mut jobs = vec![job];
-                    while jobs.len() < self.settings.max_batch {
+                    // A transactional work ends its batch: it runs once,
+                    // so no job after it may fail and make the batch run
+                    // again.
+                    while jobs.len() < self.settings.max_batch
+                        && !matches!(
+                            jobs.last(),
+                            Some(Job {
+                                op: Op::Work(_),
+                                ..
+                            })
+                        )
+                    {
                         match inbox.try_recv() {
                             Ok(Command::Job(job)) => jobs.push(job),
                             // A setting or migration applies after the jobs

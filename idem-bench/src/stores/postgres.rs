@@ -47,6 +47,11 @@ impl PostgresBench {
             .map_err(|_| "no answer within 5 s")??
             .with_table(&format!("idem_bench_{tag}"))?;
         store.migrate().await?;
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE IF NOT EXISTS \"idem_bench_{tag}_charges\" (key text NOT NULL, amount int8 NOT NULL)"
+        ))
+        .execute(store.pool())
+        .await?;
         let observer = PgConnection::connect(url).await?;
         Ok(PostgresBench {
             store,
@@ -111,7 +116,24 @@ impl Bench for PostgresBench {
             payload: fixture::outcome_payload(),
         });
         let store: Arc<dyn Store> = Arc::new(self.store.clone());
-        let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store)));
+        let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store.clone())));
+        let insert = format!(
+            "INSERT INTO \"{}_charges\" (key, amount) VALUES ($1, $2)",
+            self.store.table()
+        );
+        let raw_tx: Arc<dyn Protocol> = Arc::new(RawTx {
+            store: self.store.clone(),
+            fingerprint: fixture::fingerprint(),
+            payload: fixture::outcome_payload(),
+            insert: insert.clone(),
+        });
+        let idem_tx: Arc<dyn Protocol> = Arc::new(IdemTx {
+            store: self.store.clone(),
+            idem: Idempotent::from_arc(store).with_retention(RETENTION),
+            body: fixture::Order::sample(),
+            outcome: fixture::outcome(),
+            insert,
+        });
         let transactions = |d: &Counters| d.get("xact").copied().unwrap_or(0);
         vec![
             Contestant {
@@ -123,6 +145,18 @@ impl Bench for PostgresBench {
             Contestant {
                 kind: Kind::Idem,
                 make: Box::new(move || idem.clone()),
+                fresh: false,
+                round_trips: transactions,
+            },
+            Contestant {
+                kind: Kind::RawTx,
+                make: Box::new(move || raw_tx.clone()),
+                fresh: false,
+                round_trips: transactions,
+            },
+            Contestant {
+                kind: Kind::IdemTx,
+                make: Box::new(move || idem_tx.clone()),
                 fresh: false,
                 round_trips: transactions,
             },
@@ -142,9 +176,11 @@ impl Bench for PostgresBench {
     async fn finish(&self, _report: &mut Report) -> Result<(), BoxError> {
         let table = self.store.table();
         // The name was built by this harness and validated by the store.
-        sqlx::query(&format!("DROP TABLE IF EXISTS \"{table}\""))
-            .execute(self.store.pool())
-            .await?;
+        sqlx::query(&format!(
+            "DROP TABLE IF EXISTS \"{table}\", \"{table}_charges\""
+        ))
+        .execute(self.store.pool())
+        .await?;
         Ok(())
     }
 }
@@ -181,6 +217,92 @@ impl Protocol for Raw {
             }
             raw::Claimed::Found { state: 0, .. } => Ok(Outcome::InProgress),
             raw::Claimed::Found { .. } => Ok(Outcome::Replayed),
+        }
+    }
+}
+
+/// The raw protocol with its effect in one transaction: the bare claim,
+/// then `BEGIN`, a business insert, the bare fenced completion, `COMMIT`.
+struct RawTx {
+    store: PostgresStore,
+    fingerprint: Fingerprint,
+    payload: Vec<u8>,
+    insert: String,
+}
+
+#[async_trait]
+impl Protocol for RawTx {
+    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
+        let token = fixture::token();
+        let (token, fingerprint) = (token.as_bytes(), self.fingerprint.as_bytes());
+        match raw::claim(&self.store, key, token, fingerprint, LEASE, RETENTION).await? {
+            raw::Claimed::Inserted => {
+                let mut tx = self.store.pool().begin().await?;
+                sqlx::query(&self.insert)
+                    .bind(key)
+                    .bind(1250_i64)
+                    .execute(&mut *tx)
+                    .await?;
+                let done = raw::complete_in(
+                    &mut tx,
+                    &self.store,
+                    key,
+                    token,
+                    fingerprint,
+                    &self.payload,
+                    RETENTION,
+                )
+                .await?;
+                if !done {
+                    return Err("raw completion lost its claim".into());
+                }
+                tx.commit().await?;
+                Ok(Outcome::Ran)
+            }
+            raw::Claimed::Found { state: 0, .. } => Ok(Outcome::InProgress),
+            raw::Claimed::Found { .. } => Ok(Outcome::Replayed),
+        }
+    }
+}
+
+/// `execute_in_tx` with the same business insert.
+struct IdemTx {
+    store: PostgresStore,
+    idem: Idempotent,
+    body: fixture::Order,
+    outcome: String,
+    insert: String,
+}
+
+#[async_trait]
+impl Protocol for IdemTx {
+    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, insert, outcome, key_row) = (
+            Arc::clone(&ran),
+            self.insert.clone(),
+            self.outcome.clone(),
+            key.to_owned(),
+        );
+        let result: Result<String, idem_core::Error<sqlx::Error>> = self
+            .store
+            .execute_in_tx(&self.idem, key, &self.body, move |tx| {
+                Box::pin(async move {
+                    flag.store(true, Ordering::Relaxed);
+                    sqlx::query(&insert)
+                        .bind(key_row)
+                        .bind(1250_i64)
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(outcome)
+                })
+            })
+            .await;
+        match result {
+            Ok(_) if ran.load(Ordering::Relaxed) => Ok(Outcome::Ran),
+            Ok(_) => Ok(Outcome::Replayed),
+            Err(idem_core::Error::InProgress { .. }) => Ok(Outcome::InProgress),
+            Err(error) => Err(error.into()),
         }
     }
 }

@@ -73,7 +73,21 @@ async fn each_outcome_costs_the_designed_number_of_statements() {
         observer,
         database,
     };
-    let idem = Idempotent::new(store);
+    let idem = Idempotent::new(store.clone());
+    let in_tx = |key: String| {
+        let (idem, store) = (idem.clone(), store.clone());
+        async move {
+            store
+                .execute_in_tx(&idem, &key, &1, |tx| {
+                    Box::pin(async move {
+                        sqlx::query("SELECT 1").execute(&mut *tx).await?;
+                        Ok::<_, sqlx::Error>(1)
+                    })
+                })
+                .await
+                .unwrap()
+        }
+    };
     let run = |key: String, body: u32| {
         let idem = idem.clone();
         async move {
@@ -87,6 +101,7 @@ async fn each_outcome_costs_the_designed_number_of_statements() {
     counter.commits().await;
     run("warm".into(), 1).await.unwrap();
     run("warm".into(), 1).await.unwrap();
+    in_tx("warm-tx".into()).await;
     let held = idem
         .begin("held", idem_core::Fingerprint::of_json(&1).unwrap())
         .await
@@ -123,6 +138,28 @@ async fn each_outcome_costs_the_designed_number_of_statements() {
             }
         })
         .await;
+    // Transactional completion: the claim, then one transaction holding
+    // the work and the fenced completion; no transaction more than
+    // `execute`, and a replay still one.
+    let tx_first = counter
+        .during(async {
+            for i in 0..TIMES {
+                assert_eq!(in_tx(format!("t{i}")).await, 1);
+            }
+        })
+        .await;
+    let tx_replay = counter
+        .during(async {
+            for i in 0..TIMES {
+                assert_eq!(in_tx(format!("t{i}")).await, 1);
+            }
+        })
+        .await;
+    assert_eq!(
+        [tx_first, tx_replay],
+        [2 * TIMES, TIMES],
+        "transactions for a transactional first execution and its replay"
+    );
     drop(held);
     eprintln!(
         "statements per call: first {} replay {} in-progress {} mismatch {}",

@@ -8,3 +8,4 @@ mod files;
 mod legacy;
 mod locking;
 mod support;
+mod tx;

@@ -1,0 +1,263 @@
+//! Transactional completion: the outcome recorded by a token-fenced update
+//! inside the transaction that holds the work's own writes.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use idem_core::{Error, Idempotent, Lease, Started, State, StoreError, When};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, Row};
+
+use crate::row::error;
+use crate::store::bind_record;
+use crate::{PostgresStore, BACKEND};
+
+/// The future a transactional work closure returns: boxed, because it
+/// borrows the transaction's connection (the shape of sqlx's own
+/// `Connection::transaction`). Write `|tx| Box::pin(async move { … })`.
+pub type TxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
+
+/// The fenced completion, built from the store's swap statement: the same
+/// update, answered with the count of rows it changed and the database it
+/// ran in, so that a lost lease can be told from a transaction on another
+/// database.
+pub(crate) fn fenced_completion(swap: &str) -> String {
+    format!(
+        "WITH done AS ({swap} RETURNING 1) \
+         SELECT (SELECT count(*) FROM done) AS changed, current_database()::text AS database"
+    )
+}
+
+impl PostgresStore {
+    /// Records `payload` as the lease's `Completed` outcome **inside** the
+    /// open transaction on `tx`, fenced by the lease's token. Commit the
+    /// transaction afterwards: the outcome becomes durable together with
+    /// every business write made in it, or, on rollback, neither does.
+    ///
+    /// Pass the transaction's connection (`&mut *tx` for a
+    /// `sqlx::Transaction`). It may come from any pool on the store's
+    /// database: the update touches the store's table.
+    ///
+    /// * [`Error::LeaseLost`]: the lease was taken over, or was already
+    ///   settled (completed, failed or released) — nothing was written, and
+    ///   the transaction **must be rolled back**, so that the business writes
+    ///   of a stale owner never land.
+    /// * A [config](idem_core::StoreErrorKind::Config) store error, nothing
+    ///   written: `tx` is not inside a transaction opened through sqlx (the
+    ///   outcome would commit on its own; a raw `BEGIN` is not seen and is
+    ///   refused too), or it is connected to another database than the
+    ///   store's.
+    /// * A backend store error: the statement failed; PostgreSQL has
+    ///   aborted the transaction, so it can only roll back.
+    ///
+    /// The heartbeat ([`Lease::heartbeat`]) renews through the store's
+    /// pool, so keep it running while the transaction is open; it needs a
+    /// second connection from the pool.
+    pub async fn complete_in(
+        &self,
+        tx: &mut PgConnection,
+        lease: &Lease,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        self.settle_in(tx, lease, State::Completed, payload).await
+    }
+
+    /// Like [`complete_in`](PostgresStore::complete_in), but records the
+    /// payload as a remembered failure (`Failed`), replayed to every retry.
+    pub async fn fail_in(
+        &self,
+        tx: &mut PgConnection,
+        lease: &Lease,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        self.settle_in(tx, lease, State::Failed, payload).await
+    }
+
+    async fn settle_in(
+        &self,
+        tx: &mut PgConnection,
+        lease: &Lease,
+        state: State,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        // An outcome written outside a transaction would commit on its
+        // own, before and apart from the business writes. sqlx counts the
+        // transactions it opened on the connection; a raw `BEGIN` is not
+        // counted and so is refused too, which is safe.
+        if !tx.is_in_transaction() {
+            return Err(misuse(
+                "complete_in and fail_in must run inside a transaction opened through sqlx \
+                 (pool.begin() or conn.begin()); nothing was recorded",
+            ));
+        }
+        let record = lease.record(state, payload);
+        let token = lease.token();
+        let query = sqlx::query(&self.statements().complete_in)
+            .bind(lease.key().as_str())
+            .bind(&token.as_bytes()[..]);
+        let row = bind_record(query, &record)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| Error::Store {
+                source: error(e),
+                when: When::AfterWork,
+            })?;
+        let read = |e| Error::Store {
+            source: error(e),
+            when: When::AfterWork,
+        };
+        let changed: i64 = row.try_get("changed").map_err(read)?;
+        if changed == 1 {
+            return Ok(());
+        }
+        let database: String = row.try_get("database").map_err(read)?;
+        match self.pool().connect_options().get_database() {
+            Some(ours) if ours != database => Err(misuse(&format!(
+                "the transaction is on database {database:?} but the store's is {ours:?}; \
+                 nothing was recorded"
+            ))),
+            _ => Err(Error::LeaseLost),
+        }
+    }
+
+    /// Runs `work` exactly once for `key` and `body` **inside a transaction
+    /// on this store's pool**, records its outcome in that same transaction,
+    /// and replays the outcome to every retry.
+    ///
+    /// The claim commits on its own first (other callers must see it). Then
+    /// a transaction opens, `work` gets its connection and makes its
+    /// business writes, the token-fenced completion runs in the
+    /// transaction, and one commit makes the writes and the outcome durable
+    /// together. A crash anywhere leaves both or neither: a retry then
+    /// replays the outcome, or (once the lease lapses) runs the work again
+    /// on a database that never saw the first attempt's writes.
+    ///
+    /// * `Ok(value)` is recorded and returned after the commit.
+    /// * `Err(e)` rolls the business writes back, releases the key and
+    ///   returns [`Error::Work`]; a retry runs the work again.
+    /// * A caller whose lease was taken over while the work ran (a long
+    ///   stall, a partition) gets [`Error::LeaseLost`], and its transaction
+    ///   rolls back: a stale owner's business writes never land.
+    /// * A failed commit is [`Error::Store`] with [`When::AfterWork`]; the
+    ///   outcome and the writes landed together or not at all, and a retry
+    ///   replays or runs accordingly. The key is released when nothing
+    ///   landed.
+    ///
+    /// `idem` must claim keys in this store (its table, its database): the
+    /// fenced update finds the claim only there. The closure receives the
+    /// transaction's connection, not the transaction, so it cannot commit
+    /// or roll back what it does not own; a savepoint
+    /// (`sqlx::Connection::begin` on it) is fine. The heartbeat renews the
+    /// lease through another pool connection while the work runs.
+    ///
+    /// ```no_run
+    /// use idem_core::{Error, Idempotent};
+    /// use idem_postgres::PostgresStore;
+    ///
+    /// # async fn run(store: PostgresStore) -> Result<(), Error<sqlx::Error>> {
+    /// let idem = Idempotent::new(store.clone());
+    /// let order = serde_json::json!({"amount": 1250, "currency": "EUR"});
+    /// let charge: i64 = store
+    ///     .execute_in_tx(&idem, "order-7f3a", &order, |tx| {
+    ///         Box::pin(async move {
+    ///             let row: (i64,) = sqlx::query_as(
+    ///                 "INSERT INTO charges (amount) VALUES (1250) RETURNING id",
+    ///             )
+    ///             .fetch_one(&mut *tx)
+    ///             .await?;
+    ///             Ok(row.0)
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # let _ = charge;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn execute_in_tx<B, T, E, F>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        body: &B,
+        work: F,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send,
+        E: Send,
+        F: for<'c> FnOnce(&'c mut PgConnection) -> TxFuture<'c, Result<T, E>> + Send,
+    {
+        let lease = match idem.begin_json(key, body).await? {
+            Started::Run(lease) => lease,
+            Started::Replayed(value) => return Ok(value),
+        };
+        let mut tx = match self.pool().begin().await {
+            Ok(tx) => tx,
+            Err(e) => {
+                // Nothing ran: give the key back for the retry.
+                let _ = lease.release().await;
+                return Err(Error::Store {
+                    source: error(e),
+                    when: When::BeforeWork,
+                });
+            }
+        };
+        let ran = lease.run(work(&mut tx)).await;
+        let value = match ran.output {
+            Ok(value) if !ran.lease_lost => value,
+            Ok(_) => {
+                let _ = tx.rollback().await;
+                return Err(Error::LeaseLost);
+            }
+            Err(work_error) => {
+                let _ = tx.rollback().await;
+                if let Err(settle) = lease.release().await {
+                    // The work's own error is what the caller must see; the
+                    // key stays claimed until its lease lapses.
+                    tracing::warn!(key = %lease.key(), error = %settle,
+                        "could not release the key after the work failed");
+                }
+                return Err(Error::Work(work_error));
+            }
+        };
+        let payload = match serde_json::to_vec(&value) {
+            Ok(payload) => payload,
+            Err(encode) => {
+                // The transaction rolls back, so nothing happened: the key
+                // can go back.
+                let _ = tx.rollback().await;
+                let _ = lease.release().await;
+                return Err(Error::Encode(encode));
+            }
+        };
+        if let Err(settle) = self
+            .settle_in(&mut tx, &lease, State::Completed, &payload)
+            .await
+        {
+            let _ = tx.rollback().await;
+            return Err(settle.into_work_error());
+        }
+        match tx.commit().await {
+            Ok(()) => Ok(value),
+            Err(e) => {
+                // A commit cut off may still have happened. The release is
+                // fenced on the in-flight state, so it frees the key only
+                // if the outcome (and with it every business write) did not
+                // land; otherwise it changes nothing and a retry replays.
+                let _ = lease.release().await;
+                Err(Error::Store {
+                    source: error(e),
+                    when: When::AfterWork,
+                })
+            }
+        }
+    }
+}
+
+fn misuse<E>(why: &str) -> Error<E> {
+    Error::Store {
+        source: StoreError::config(BACKEND, why.to_owned()),
+        when: When::AfterWork,
+    }
+}
