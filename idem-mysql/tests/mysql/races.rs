@@ -355,3 +355,66 @@ async fn a_purge_larger_than_one_statement_deletes_up_to_its_limit() {
     assert_eq!(store.purge_expired(1100).await.unwrap(), 100);
     assert_eq!(store.purge_expired(1100).await.unwrap(), 0);
 }
+
+/// The server's count of deadlocks since it started.
+async fn deadlocks(conn: &mut MySqlConnection) -> i64 {
+    let (_, value): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    value.parse().unwrap()
+}
+
+// Pins the rerun of deadlock victims: a claim that InnoDB rolls back to
+// break a deadlock took no effect, so the store runs it again instead of
+// failing the caller.
+/// A claim picked as a deadlock victim is run again and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_picked_as_a_deadlock_victim_is_run_again() {
+    let Some((store, _guard)) = support::store().await else {
+        return;
+    };
+    let table = store.table();
+    let mut watcher = MySqlConnection::connect(&support::url()).await.unwrap();
+    let before = deadlocks(&mut watcher).await;
+    let mut other = MySqlConnection::connect(&support::url()).await.unwrap();
+    let mut tx = other.begin().await.unwrap();
+    // Many rows written make this transaction the heavier one, so InnoDB
+    // rolls back the claim rather than it.
+    sqlx::query(&format!(
+        "INSERT INTO {table} SELECT CONCAT('heavy', seq), X'00', X'00', 1, '', NULL, \
+         UTC_TIMESTAMP(6) + INTERVAL 1 HOUR FROM seq_1_to_200"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    // Every gap of the retention index is locked, so the claim, having
+    // inserted its primary-key record, waits to add its index entry.
+    sqlx::query(&format!(
+        "SELECT `key` FROM {table} FORCE INDEX (retain_until_idx) \
+         WHERE retain_until >= '2000-01-01' FOR UPDATE"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let mine = Token::random();
+    let claim = tokio::spawn({
+        let store = store.clone();
+        async move { store.insert("k", &in_flight(mine, MINUTE, MINUTE)).await }
+    });
+    until_waiting(&mut watcher, &table).await;
+    // Now this transaction waits for the claim's record: a cycle.
+    sqlx::query(&format!(
+        "SELECT 1 FROM {table} WHERE `key` = 'k' FOR UPDATE"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(claim.await.unwrap().unwrap(), Insert::Inserted);
+    assert_eq!(store.load("k").await.unwrap().unwrap().token, mine);
+    assert!(
+        deadlocks(&mut watcher).await > before,
+        "no deadlock happened"
+    );
+}
