@@ -47,7 +47,7 @@
 //! CREATE TABLE IF NOT EXISTS `idem_records` (
 //!     `key` VARBINARY(1024) NOT NULL PRIMARY KEY, -- the encoded idempotency key
 //!     token VARBINARY(16) NOT NULL,               -- the owner's 16-byte fencing token
-//!     fingerprint VARBINARY(32) NOT NULL,         -- SHA-256 of the request
+//!     fingerprint VARBINARY(64) NOT NULL,         -- SHA-256 of the request, with its scheme
 //!     state TINYINT NOT NULL,                     -- 0 in flight, 1 completed, 2 failed
 //!     payload LONGBLOB NOT NULL,                  -- the encoded outcome
 //!     lease_until DATETIME(6) NULL,               -- in flight only, UTC

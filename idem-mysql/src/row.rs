@@ -24,18 +24,11 @@ pub(crate) fn micros(duration: Duration) -> i64 {
 /// retain_left` (the last two in microseconds).
 pub(crate) fn record(row: &MySqlRow) -> Result<Record, StoreError> {
     let token: &[u8] = row.try_get(0).map_err(error)?;
-    let token = Token::from_bytes(
-        token
-            .try_into()
-            .map_err(|_| corrupt(format!("token is {} bytes instead of 16", token.len())))?,
-    );
+    let token = Token::try_from(token).map_err(|e| corrupt(e.to_string()))?;
     let fingerprint: &[u8] = row.try_get(1).map_err(error)?;
-    let fingerprint = Fingerprint::from_bytes(fingerprint.try_into().map_err(|_| {
-        corrupt(format!(
-            "fingerprint is {} bytes instead of 32",
-            fingerprint.len()
-        ))
-    })?);
+    // 32 bytes are a scheme-1 fingerprint; later schemes add their number
+    // in front (see `Fingerprint::stored`).
+    let fingerprint = Fingerprint::try_from(fingerprint).map_err(|e| corrupt(e.to_string()))?;
     let code: i8 = row.try_get(2).map_err(error)?;
     let state = u8::try_from(code)
         .ok()

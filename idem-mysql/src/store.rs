@@ -177,7 +177,7 @@ pub(crate) fn bind_record<'q>(
 ) -> Query<'q, MySql, MySqlArguments> {
     query
         .bind(&record.token.as_bytes()[..])
-        .bind(&record.fingerprint.as_bytes()[..])
+        .bind(record.fingerprint.stored())
         .bind(record.state.as_u8())
         .bind(record.payload)
         .bind(record.lease.map(micros))

@@ -174,7 +174,7 @@ impl Statements {
                 "CREATE TABLE IF NOT EXISTS {t} (\
                  `key` VARBINARY(1024) NOT NULL PRIMARY KEY, \
                  token VARBINARY(16) NOT NULL, \
-                 fingerprint VARBINARY(32) NOT NULL, \
+                 fingerprint VARBINARY(64) NOT NULL, \
                  state TINYINT NOT NULL, \
                  payload LONGBLOB NOT NULL, \
                  lease_until DATETIME(6) NULL, \
