@@ -59,8 +59,9 @@ impl Backend {
 }
 
 /// The stores every case runs against; another backend is one more entry.
-/// Redis and PostgreSQL are the servers named by `IDEM_REDIS_URL` and
-/// `IDEM_POSTGRES_URL` (or the local ones); an unreachable one is skipped
+/// Redis, PostgreSQL and MariaDB are the servers named by `IDEM_REDIS_URL`,
+/// `IDEM_POSTGRES_URL` and `IDEM_MYSQL_URL` (or the local ones); an
+/// unreachable one is skipped
 /// with a printed reason, or fails the case when `CI` is set.
 pub(crate) async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -88,6 +89,16 @@ pub(crate) async fn backends() -> Vec<Backend> {
             .expect("a plain table name");
         store.migrate().await.expect("the table is created");
         backends.push(Backend::new("postgres", store));
+    }
+    let mysql = "mysql://root@127.0.0.1:3306/test";
+    if let Some(url) = server("IDEM_MYSQL_URL", mysql, 3306) {
+        let store = idem_mysql::MySqlStore::connect(&url)
+            .await
+            .expect("MariaDB connects")
+            .with_table("idem_tower_test")
+            .expect("a plain table name");
+        store.migrate().await.expect("the table is created");
+        backends.push(Backend::new("mysql", store));
     }
     backends
 }
