@@ -6,10 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use idem_core::{Store, StoreError};
-
-/// The environment variable that makes an unreachable server a failure
-/// instead of a skip.
-const CI: &str = "CI";
+use idem_testing::Server;
 
 /// One store, as every process of a test opens it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,51 +108,22 @@ impl Backend {
 
 /// A fresh name for this test's prefix or table.
 pub fn unique_name(what: &str) -> String {
-    format!("idem_{what}_{:016x}", rand::random::<u64>())
+    idem_testing::unique_name(&format!("idem_{what}"))
 }
 
 /// The Redis URL for tests, or `None` (after printing why) when no server
 /// answers. Panics instead when `CI` is set: there a missing server is a
 /// failure.
 pub fn redis_url() -> Option<String> {
-    let url = std::env::var("IDEM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    reachable("Redis", &url, 6379).then_some(url)
+    Server::Redis.require()
 }
 
 /// The PostgreSQL URL for tests, or `None` as for [`redis_url`].
 pub fn postgres_url() -> Option<String> {
-    let url = std::env::var("IDEM_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
-    reachable("PostgreSQL", &url, 5432).then_some(url)
+    Server::Postgres.require()
 }
 
 /// The MariaDB URL for tests, or `None` as for [`redis_url`].
 pub fn mysql_url() -> Option<String> {
-    let url = std::env::var("IDEM_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
-    reachable("MariaDB", &url, 3306).then_some(url)
-}
-
-fn reachable(what: &str, url: &str, default_port: u16) -> bool {
-    let authority = url.split("://").nth(1).unwrap_or("");
-    let host_port = authority
-        .split('/')
-        .next()
-        .unwrap_or("")
-        .rsplit('@')
-        .next()
-        .unwrap_or("");
-    let addr = if host_port.contains(':') {
-        host_port.to_owned()
-    } else {
-        format!("{host_port}:{default_port}")
-    };
-    let ok = std::net::TcpStream::connect(&addr).is_ok();
-    if !ok {
-        if std::env::var_os(CI).is_some() {
-            panic!("{what} is not reachable at {addr} and CI is set");
-        }
-        eprintln!("skipping: {what} is not reachable at {addr}");
-    }
-    ok
+    Server::MySql.require()
 }

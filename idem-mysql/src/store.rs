@@ -131,6 +131,7 @@ impl MySqlStore {
         self.sql.name.display()
     }
 
+    #[cfg(feature = "raw-protocol")]
     pub(crate) fn statements(&self) -> &Statements {
         &self.sql
     }

@@ -100,6 +100,7 @@ mod store;
 mod table;
 
 #[doc(hidden)]
+#[cfg(feature = "raw-protocol")]
 pub mod raw;
 
 pub use sqlx;

@@ -27,6 +27,7 @@
 mod connection;
 mod ops;
 #[doc(hidden)]
+#[cfg(feature = "raw-protocol")]
 pub mod raw;
 mod record;
 mod scripts;

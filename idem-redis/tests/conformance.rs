@@ -6,34 +6,17 @@
 #[allow(dead_code)]
 mod support;
 
-use std::sync::OnceLock;
-
 use idem_conformance::Fixture;
 use idem_redis::RedisStore;
-use support::DeletePrefix;
-
-/// The shared server's URL, checked once per test binary.
-fn server() -> &'static str {
-    static SERVER: OnceLock<Result<String, String>> = OnceLock::new();
-    let url = support::redis_url();
-    let server = SERVER.get_or_init(|| match support::ping(&url) {
-        Ok(()) => Ok(url.clone()),
-        Err(error) => Err(format!("no Redis at {url} ({error}); set IDEM_REDIS_URL")),
-    });
-    match server {
-        Ok(url) => url,
-        Err(reason) => support::skip_binary(reason),
-    }
-}
 
 async fn factory() -> Fixture {
-    let url = server();
+    let url = idem_testing::Server::Redis.require_for_binary();
     let prefix = support::unique_prefix();
-    let store = RedisStore::connect(url)
+    let store = RedisStore::connect(url.as_str())
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
         .with_prefix(&prefix);
-    Fixture::new(store, DeletePrefix::new(url, &prefix))
+    Fixture::new(store, support::delete_prefix(&url, &prefix))
 }
 
 idem_conformance::store_tests!(factory);

@@ -5,21 +5,10 @@
 #[allow(dead_code)]
 mod support;
 
-use idem_core::{Begin, Error, Fingerprint, Idempotent, NewRecord, State, Store, Token};
+use idem_core::{Fingerprint, Idempotent, NewRecord, State, Store, Token};
 use idem_redis::redis::AsyncCommands;
 use idem_redis::RedisStore;
-use serde_json::json;
-use support::DeletePrefix;
-
-/// SHA-256 of `{"amount":1250}`: the fingerprint every earlier build wrote
-/// for that body.
-const DIGEST: &str = "9fb40105c56271ac9d6a8da0a6f584dd901d66e4d55081684160a5bc608c7b08";
-
-fn digest() -> Vec<u8> {
-    (0..32)
-        .map(|i| u8::from_str_radix(&DIGEST[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
+use idem_testing::legacy;
 
 /// A value in layout 1 exactly as earlier builds wrote it: version 1,
 /// state, token, the 32-byte fingerprint, for in-flight records the lease
@@ -27,7 +16,7 @@ fn digest() -> Vec<u8> {
 fn layout_1(state: u8, lease_offset: Option<u64>, payload: &[u8]) -> Vec<u8> {
     let mut value = vec![1, state];
     value.extend_from_slice(&[7; 16]);
-    value.extend_from_slice(&digest());
+    value.extend_from_slice(&legacy::digest());
     if let Some(offset) = lease_offset {
         value.extend_from_slice(&offset.to_be_bytes());
     }
@@ -42,7 +31,7 @@ async fn values_written_before_fingerprint_schemes_still_replay() {
         return;
     };
     let prefix = support::unique_prefix();
-    let _guard = DeletePrefix::new(&url, &prefix);
+    let _guard = support::delete_prefix(&url, &prefix);
     let store = RedisStore::connect(url.as_str())
         .await
         .unwrap()
@@ -56,7 +45,7 @@ async fn values_written_before_fingerprint_schemes_still_replay() {
     let done = store.redis_key(idem.key("done").unwrap().as_str());
     let crashed = store.redis_key(idem.key("crashed").unwrap().as_str());
     let () = redis
-        .pset_ex(&done, layout_1(1, None, b"\"ch_1\""), 3_600_000)
+        .pset_ex(&done, layout_1(1, None, legacy::PAYLOAD), 3_600_000)
         .await
         .unwrap();
     // Retention 1 h, lease already over: the deadline is the whole
@@ -66,32 +55,13 @@ async fn values_written_before_fingerprint_schemes_still_replay() {
         .await
         .unwrap();
 
-    let body = json!({"amount": 1250});
-    let replayed: Result<String, Error<String>> = idem
-        .execute("done", &body, || async { Ok("ran again".to_owned()) })
-        .await;
-    assert_eq!(replayed.unwrap(), "ch_1");
-
-    let newer = Fingerprint::of_bytes(b"canonical").with_scheme(2);
-    let old = Fingerprint::of_json(&body).unwrap();
-    assert_eq!(old.to_string(), DIGEST);
-    let begun = idem.begin("done", newer.also_matching(old)).await.unwrap();
-    assert!(matches!(begun, Begin::Replay(_)), "{begun:?}");
-    assert!(matches!(
-        idem.begin("done", newer).await,
-        Err(Error::Mismatch)
-    ));
-
-    let recovered: Result<String, Error<String>> = idem
-        .execute("crashed", &body, || async { Ok("ch_2".to_owned()) })
-        .await;
-    assert_eq!(recovered.unwrap(), "ch_2");
+    legacy::check_replays(&idem, "done", "crashed").await;
     let value: Vec<u8> = redis.get(&crashed).await.unwrap();
     assert_eq!(
         value[0], 1,
         "a scheme-1 record is still written in layout 1"
     );
-    assert_eq!(&value[18..50], &digest()[..]);
+    assert_eq!(&value[18..50], &legacy::digest()[..]);
 }
 
 #[tokio::test]
@@ -100,7 +70,7 @@ async fn a_later_scheme_is_written_in_layout_2_and_every_script_reads_it() {
         return;
     };
     let prefix = support::unique_prefix();
-    let _guard = DeletePrefix::new(&url, &prefix);
+    let _guard = support::delete_prefix(&url, &prefix);
     let store = RedisStore::connect(url.as_str())
         .await
         .unwrap()

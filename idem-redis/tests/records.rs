@@ -12,12 +12,11 @@ use idem_core::{Error, Fingerprint, NewRecord, State, Store, StoreErrorKind, Tok
 use idem_redis::redis::AsyncCommands;
 use idem_redis::RedisStore;
 use serde_json::json;
-use support::DeletePrefix;
 
 struct Setup {
     store: RedisStore,
     redis: idem_redis::redis::aio::MultiplexedConnection,
-    _guard: DeletePrefix,
+    _guard: support::Cleanup,
 }
 
 async fn setup() -> Option<Setup> {
@@ -35,7 +34,7 @@ async fn setup() -> Option<Setup> {
     Some(Setup {
         store,
         redis,
-        _guard: DeletePrefix::new(&url, &prefix),
+        _guard: support::delete_prefix(&url, &prefix),
     })
 }
 

@@ -30,6 +30,7 @@
 
 mod error;
 mod ops;
+#[cfg(feature = "raw-protocol")]
 mod raw;
 mod schema;
 mod store;

@@ -14,7 +14,7 @@ use crate::error::Failure;
 
 // Claims an absent key, or one whose record is past retention, in one
 // statement; a live record is left alone.
-const CLAIM: &str = "INSERT INTO idem_records \
+pub(crate) const CLAIM: &str = "INSERT INTO idem_records \
     (key, token, fingerprint, state, payload, lease_until, retain_until) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
     ON CONFLICT (key) DO UPDATE SET token = excluded.token, \
@@ -44,11 +44,6 @@ const REMOVE: &str = "DELETE FROM idem_records \
 // one purge holds the write lock.
 const PURGE: &str = "DELETE FROM idem_records WHERE rowid IN \
     (SELECT rowid FROM idem_records WHERE retain_until <= ?1 LIMIT ?2)";
-
-const RAW_REPLAY: &str = "SELECT payload FROM idem_records WHERE key = ?1";
-
-const RAW_COMPLETE: &str = "UPDATE idem_records SET state = 1, payload = ?1, \
-    lease_until = NULL, retain_until = ?2 WHERE key = ?3 AND token = ?4";
 
 // A duration too long to add (say `Duration::MAX`) means "as long as the
 // clock can count": a century, as in `MemoryStore`.
@@ -101,18 +96,9 @@ pub(crate) enum Op {
     Purge {
         limit: usize,
     },
-    RawClaim {
-        key: String,
-        token: Token,
-        lease: Duration,
-        retention: Duration,
-    },
-    RawComplete {
-        key: String,
-        token: Token,
-        payload: Vec<u8>,
-        retention: Duration,
-    },
+    /// The bench's baseline statements.
+    #[cfg(feature = "raw-protocol")]
+    Raw(crate::raw::RawOp),
 }
 
 /// What an operation answered.
@@ -122,6 +108,7 @@ pub(crate) enum Done {
     Changed(bool),
     Loaded(Option<Record>),
     Purged(usize),
+    #[cfg(feature = "raw-protocol")]
     Claimed(Option<Vec<u8>>),
 }
 
@@ -150,9 +137,11 @@ impl Op {
     /// nobody awaits its answer: claims and reads.
     pub(crate) fn is_skippable(&self) -> bool {
         match self {
-            Op::Insert { .. } | Op::Load { .. } | Op::RawClaim { .. } => true,
+            Op::Insert { .. } | Op::Load { .. } => true,
             Op::Swap { take_over, .. } => *take_over,
-            Op::Remove { .. } | Op::Purge { .. } | Op::RawComplete { .. } => false,
+            Op::Remove { .. } | Op::Purge { .. } => false,
+            #[cfg(feature = "raw-protocol")]
+            Op::Raw(raw) => raw.is_skippable(),
         }
     }
 
@@ -219,44 +208,8 @@ impl Op {
                 let purged = conn.prepare_cached(PURGE)?.execute(params![now, limit])?;
                 Ok(Done::Purged(purged))
             }
-            Op::RawClaim {
-                key,
-                token,
-                lease,
-                retention,
-            } => {
-                let claimed = conn.prepare_cached(CLAIM)?.execute(params![
-                    key,
-                    token.as_bytes(),
-                    [0u8; 32],
-                    State::InFlight.as_u8(),
-                    [0u8; 0],
-                    after(now, *lease),
-                    after(now, *retention),
-                    now,
-                ])?;
-                if claimed == 1 {
-                    return Ok(Done::Claimed(None));
-                }
-                let payload = conn
-                    .prepare_cached(RAW_REPLAY)?
-                    .query_row(params![key], |row| row.get(0))?;
-                Ok(Done::Claimed(Some(payload)))
-            }
-            Op::RawComplete {
-                key,
-                token,
-                payload,
-                retention,
-            } => {
-                let changed = conn.prepare_cached(RAW_COMPLETE)?.execute(params![
-                    payload,
-                    after(now, *retention),
-                    key,
-                    token.as_bytes(),
-                ])?;
-                Ok(Done::Changed(changed == 1))
-            }
+            #[cfg(feature = "raw-protocol")]
+            Op::Raw(raw) => raw.run(conn, now),
         }
     }
 }
@@ -313,7 +266,7 @@ fn now() -> i64 {
         })
 }
 
-fn after(now: i64, span: Duration) -> i64 {
+pub(crate) fn after(now: i64, span: Duration) -> i64 {
     // LONGEST in microseconds fits an i64 with room to spare.
     let span = i64::try_from(span.min(LONGEST).as_micros()).unwrap_or(i64::MAX);
     now.saturating_add(span)

@@ -59,7 +59,7 @@ async fn schema_qualified_and_quoted_names_work() {
         .execute(&pool)
         .await
         .unwrap();
-    let _guard = support::DropGuard::new(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+    let _guard = support::drop_guard(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
     let store = PostgresStore::from_pool(pool.clone())
         .with_table(&format!("{schema}.Order"))
         .unwrap();

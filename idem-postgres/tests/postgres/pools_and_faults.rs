@@ -20,7 +20,7 @@ async fn connect_opens_a_pool_and_types_its_failures() {
     };
     let store = PostgresStore::connect(&support::url()).await.unwrap();
     let table = support::unique_name("idem_connect");
-    let _guard = support::DropGuard::table(&table);
+    let _guard = support::drop_table(&table);
     let store = store.with_table(&table).unwrap();
     store.migrate().await.unwrap();
     let ran: u8 = Idempotent::new(store)
@@ -54,7 +54,7 @@ async fn a_pool_shared_with_the_application_works() {
         .execute(&pool)
         .await
         .unwrap();
-    let _app_guard = support::DropGuard::table(&app_table);
+    let _app_guard = support::drop_table(&app_table);
     let idem = Idempotent::new(store);
     for _ in 0..3 {
         let pool = pool.clone();
@@ -86,7 +86,7 @@ async fn concurrent_migrations_of_one_table_all_succeed() {
     };
     for round in 0..3 {
         let table = support::unique_name("idem_migrate");
-        let _guard = support::DropGuard::table(&table);
+        let _guard = support::drop_table(&table);
         // Separate one-connection pools stand in for separate processes.
         let mut migrations = Vec::new();
         for _ in 0..12 {
@@ -115,7 +115,7 @@ async fn concurrent_migrations_of_one_table_all_succeed() {
     }
 }
 
-async fn store_named(app: &str) -> Option<(PostgresStore, support::DropGuard)> {
+async fn store_named(app: &str) -> Option<(PostgresStore, idem_testing::Cleanup)> {
     let options = PgConnectOptions::from_str(&support::url())
         .unwrap()
         .application_name(app);

@@ -53,7 +53,7 @@ async fn each_outcome_costs_the_designed_number_of_statements() {
         .execute(&observer)
         .await
         .unwrap();
-    let _guard = support::DropGuard::database(&database);
+    let _guard = support::drop_database(&database);
     let options = PgConnectOptions::from_str(&support::url())
         .unwrap()
         .database(&database);

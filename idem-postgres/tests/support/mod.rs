@@ -2,8 +2,9 @@
 //! guards that drop them.
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use idem_testing::{Cleanup, Server};
 
 use idem_postgres::sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use idem_postgres::sqlx::Connection;
@@ -11,8 +12,7 @@ use idem_postgres::PostgresStore;
 
 /// The server under test: `IDEM_POSTGRES_URL`, or the local one.
 pub fn url() -> String {
-    std::env::var("IDEM_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".to_owned())
+    Server::Postgres.url()
 }
 
 /// A pool of up to `size` connections to `url`, or `None` (with the reason
@@ -35,18 +35,14 @@ pub async fn pool_at(url: &str, size: u32) -> Option<PgPool> {
         }
         Err(error) => Err(error),
     };
-    match connected {
-        Ok(pool) => Some(pool),
-        Err(error) if std::env::var_os("CI").is_some() => {
-            panic!("PostgreSQL at {url} is unreachable and CI is set: {error}")
-        }
-        Err(error) => {
-            eprintln!(
-                "skipped: PostgreSQL at {url} is unreachable ({error}); set IDEM_POSTGRES_URL"
-            );
-            None
-        }
-    }
+    connected.map_or_else(
+        |error| {
+            idem_testing::skip(&format!(
+                "PostgreSQL at {url} is unreachable ({error}); set IDEM_POSTGRES_URL"
+            ))
+        },
+        Some,
+    )
 }
 
 /// A pool on the server under test.
@@ -54,90 +50,36 @@ pub async fn pool(size: u32) -> Option<PgPool> {
     pool_at(&url(), size).await
 }
 
-/// A name no other fixture, test or process uses, with `prefix`.
-pub fn unique_name(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos());
-    format!(
-        "{prefix}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+pub use idem_testing::unique_name;
+
+/// Runs `statement` on the server under test when dropped.
+pub fn drop_guard(statement: String) -> Cleanup {
+    Cleanup::postgres(&url(), statement)
 }
 
-/// Drops a table (or a database) when dropped, over a connection of its
-/// own on a thread of its own: `Drop` cannot await, and blocking on the
-/// test's runtime or its pool from inside that runtime would deadlock.
-#[derive(Debug)]
-pub struct DropGuard {
-    url: String,
-    statement: String,
+/// Drops `table` when dropped.
+pub fn drop_table(table: &str) -> Cleanup {
+    drop_guard(format!("DROP TABLE IF EXISTS {table}"))
 }
 
-impl DropGuard {
-    /// Runs `statement` on the server under test when dropped.
-    pub fn new(statement: String) -> DropGuard {
-        DropGuard {
-            url: url(),
-            statement,
-        }
-    }
-
-    pub fn table(table: &str) -> DropGuard {
-        DropGuard::new(format!("DROP TABLE IF EXISTS {table}"))
-    }
-
-    pub fn database(database: &str) -> DropGuard {
-        DropGuard::new(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-    }
-}
-
-impl Drop for DropGuard {
-    fn drop(&mut self) {
-        let url = self.url.clone();
-        let statement = self.statement.clone();
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let mut conn = PgConnection::connect(&url).await?;
-                // Separate messages: DROP DATABASE refuses to run in the
-                // implicit transaction of a multi-statement message.
-                idem_postgres::sqlx::raw_sql("SET lock_timeout = '10s'")
-                    .execute(&mut conn)
-                    .await?;
-                idem_postgres::sqlx::raw_sql(&statement)
-                    .execute(&mut conn)
-                    .await?;
-                conn.close().await
-            })?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => eprintln!("cleanup `{}` failed: {error}", self.statement),
-            Err(_) => eprintln!("cleanup `{}` panicked", self.statement),
-        }
-    }
+/// Drops `database` when dropped.
+pub fn drop_database(database: &str) -> Cleanup {
+    drop_guard(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
 }
 
 /// A store on a fresh, migrated table of its own in `pool`, and the guard
 /// that drops the table.
-pub async fn store_in(pool: PgPool) -> (PostgresStore, DropGuard) {
+pub async fn store_in(pool: PgPool) -> (PostgresStore, Cleanup) {
     let table = unique_name("idem_test");
     let store = PostgresStore::from_pool(pool)
         .with_table(&table)
         .expect("a generated table name is valid");
-    let guard = DropGuard::table(&table);
+    let guard = drop_table(&table);
     store.migrate().await.expect("migrate");
     (store, guard)
 }
 
 /// A store on a fresh table with a pool of its own, or `None` to skip.
-pub async fn store() -> Option<(PostgresStore, DropGuard)> {
+pub async fn store() -> Option<(PostgresStore, Cleanup)> {
     Some(store_in(pool(8).await?).await)
 }

@@ -1,0 +1,43 @@
+//! Shared test support for the idem workspace (not published): where the
+//! servers are, skip-or-fail, unique names, cleanup guards and the stores
+//! by name.
+//!
+//! ```
+//! use idem_testing::{unique_name, Server};
+//!
+//! // The URL from IDEM_REDIS_URL, or the local default.
+//! assert!(Server::Redis.url().starts_with("redis://"));
+//! // Names no other test, fixture or process uses.
+//! assert_ne!(unique_name("idem_test"), unique_name("idem_test"));
+//! ```
+//!
+//! # The skip policy
+//!
+//! A test that needs a server it cannot reach **skips with a printed
+//! reason** on a developer's machine and **fails** when the `CI`
+//! environment variable is set, so CI never passes by skipping:
+//! [`Server::require`] for one test, [`Server::require_for_binary`] for a
+//! test binary whose tests all need the server (the conformance kit's
+//! macro emits tests that cannot skip one by one).
+//!
+//! # The stores by name
+//!
+//! With the `stores` feature, `StoreKind` is the one place tests, the
+//! bench, the demo and the fault tests learn of a store: its name, the
+//! server it needs, and how to open a fresh, isolated one.
+#![forbid(unsafe_code)]
+
+mod cleanup;
+pub mod legacy;
+mod names;
+mod server;
+mod skip;
+#[cfg(feature = "stores")]
+mod stores;
+
+pub use cleanup::Cleanup;
+pub use names::unique_name;
+pub use server::Server;
+pub use skip::{in_ci, skip, skip_binary, CI};
+#[cfg(feature = "stores")]
+pub use stores::{Fresh, StoreKind, UnknownStore};
