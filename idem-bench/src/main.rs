@@ -26,7 +26,7 @@ use crate::bench::{Bench, Kind, Plan};
 use crate::fixture::BoxError;
 use crate::report::Report;
 use crate::runner::{Limit, Workload};
-use crate::stores::{memory, postgres, redis, sqlite};
+use crate::stores::{memory, mysql, postgres, redis, sqlite};
 
 /// Benchmarks idem's stores against the raw minimal protocol on the same
 /// server, in one process.
@@ -51,12 +51,13 @@ struct Args {
     #[arg(long)]
     quick: bool,
 
-    /// Stores to measure, comma-separated: memory, sqlite, redis, postgres
+    /// Stores to measure, comma-separated: memory, sqlite, redis, postgres,
+    /// mysql
     /// (or `none`, with --http, for the HTTP mode alone).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,sqlite,redis,postgres"
+        default_value = "memory,sqlite,redis,postgres,mysql"
     )]
     stores: Vec<String>,
 
@@ -79,6 +80,14 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     postgres_url: String,
+
+    /// MariaDB server.
+    #[arg(
+        long,
+        env = "IDEM_MYSQL_URL",
+        default_value = "mysql://root@127.0.0.1:3306/test"
+    )]
+    mysql_url: String,
 
     /// Wall time of each timed run (one row, one repetition), such as
     /// `2s` or `500ms`. Default 2s, or 200ms with --quick.
@@ -228,13 +237,13 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
     for store in args.stores.iter().map(|s| s.trim()) {
         if !matches!(
             store,
-            "memory" | "sqlite" | "redis" | "postgres" | "none" | ""
+            "memory" | "sqlite" | "redis" | "postgres" | "mysql" | "none" | ""
         ) {
             return Err(format!("unknown store {store:?}").into());
         }
     }
     eprintln!("idem-bench: {plan:?}");
-    for name in ["memory", "sqlite", "redis", "postgres"] {
+    for name in ["memory", "sqlite", "redis", "postgres", "mysql"] {
         if !args.wants(name) {
             continue;
         }
@@ -247,6 +256,13 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
                 Ok(bench) => Box::new(bench),
                 Err(reason) => {
                     skip(&mut report, "redis", &args.redis_url, &reason);
+                    continue;
+                }
+            },
+            "mysql" => match mysql::MySqlBench::connect(&args.mysql_url, &plan.tag).await {
+                Ok(bench) => Box::new(bench),
+                Err(reason) => {
+                    skip(&mut report, "mysql", &args.mysql_url, &reason);
                     continue;
                 }
             },

@@ -143,7 +143,7 @@ pub async fn storm_with_chaos(
 fn store_arg(spec: &StoreSpec) -> String {
     match spec {
         StoreSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
-        StoreSpec::Postgres(url) | StoreSpec::Redis(url) => url.clone(),
+        StoreSpec::Postgres(url) | StoreSpec::Redis(url) | StoreSpec::MySql(url) => url.clone(),
         StoreSpec::Memory => "memory".to_owned(),
     }
 }

@@ -37,7 +37,8 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:3000")]
     addr: SocketAddr,
-    /// Idempotency store: sqlite:PATH, redis://HOST, postgres://HOST/DB or memory.
+    /// Idempotency store: sqlite:PATH, redis://HOST, postgres://HOST/DB,
+    /// mysql://HOST/DB or memory.
     #[arg(long, default_value = "sqlite:idem-demo.db")]
     store: StoreSpec,
     /// The simulated gateway's latency per charge, in milliseconds (plus up

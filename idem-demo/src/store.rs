@@ -6,12 +6,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use idem_core::{MemoryStore, Store, StoreError};
+use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_redis::RedisStore;
 use idem_sqlite::SqliteStore;
 
 /// Which store to keep idempotency records in, as given on the command
-/// line: `sqlite:PATH`, `redis://…`, `postgres://…` or `memory`.
+/// line: `sqlite:PATH`, `redis://…`, `postgres://…`, `mysql://…` or
+/// `memory`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
@@ -23,11 +25,15 @@ pub enum StoreSpec {
     Redis(String),
     /// A PostgreSQL database, by URL; its table is created if missing.
     Postgres(String),
+    /// A MariaDB database, by URL; its table is created if missing.
+    MySql(String),
 }
 
 /// A `--store` value that names no store this demo knows.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown store {0:?}: use sqlite:PATH, redis://HOST, postgres://HOST/DB or memory")]
+#[error(
+    "unknown store {0:?}: use sqlite:PATH, redis://HOST, postgres://HOST/DB, mysql://HOST/DB or memory"
+)]
 pub struct StoreSpecError(String);
 
 impl FromStr for StoreSpec {
@@ -51,6 +57,9 @@ impl FromStr for StoreSpec {
         if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
             return Ok(StoreSpec::Postgres(spec.to_owned()));
         }
+        if spec.starts_with("mysql://") || spec.starts_with("mariadb://") {
+            return Ok(StoreSpec::MySql(spec.to_owned()));
+        }
         Err(StoreSpecError(spec.to_owned()))
     }
 }
@@ -62,19 +71,23 @@ impl fmt::Display for StoreSpec {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
             StoreSpec::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            StoreSpec::Redis(url) | StoreSpec::Postgres(url) => f.write_str(&redact(url)),
+            StoreSpec::Redis(url) | StoreSpec::Postgres(url) | StoreSpec::MySql(url) => {
+                f.write_str(&redact(url))
+            }
         }
     }
 }
 
 impl StoreSpec {
-    /// The backend's short name: `memory`, `sqlite`, `redis` or `postgres`.
+    /// The backend's short name: `memory`, `sqlite`, `redis`, `postgres` or
+    /// `mysql`.
     pub fn backend(&self) -> &'static str {
         match self {
             StoreSpec::Memory => "memory",
             StoreSpec::Sqlite(_) => "sqlite",
             StoreSpec::Redis(_) => "redis",
             StoreSpec::Postgres(_) => "postgres",
+            StoreSpec::MySql(_) => "mysql",
         }
     }
 
@@ -87,6 +100,11 @@ impl StoreSpec {
             StoreSpec::Redis(url) => Ok(Arc::new(RedisStore::connect(url.as_str()).await?)),
             StoreSpec::Postgres(url) => {
                 let store = PostgresStore::connect(url).await?;
+                store.migrate().await?;
+                Ok(Arc::new(store))
+            }
+            StoreSpec::MySql(url) => {
+                let store = MySqlStore::connect(url).await?;
                 store.migrate().await?;
                 Ok(Arc::new(store))
             }
@@ -127,7 +145,12 @@ mod tests {
             StoreSpec::Redis("redis://h:6379".into())
         );
         assert_eq!(parse("postgresql://h/db").backend(), "postgres");
-        assert!("mysql://h/db".parse::<StoreSpec>().is_err());
+        assert_eq!(
+            parse("mysql://root@h:3306/test"),
+            StoreSpec::MySql("mysql://root@h:3306/test".into())
+        );
+        assert_eq!(parse("mariadb://h/db").backend(), "mysql");
+        assert!("mongodb://h/db".parse::<StoreSpec>().is_err());
         assert!("sqlite:".parse::<StoreSpec>().is_err());
     }
 

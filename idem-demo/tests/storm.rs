@@ -125,3 +125,24 @@ async fn a_storm_over_postgres_charges_every_payment_exactly_once() {
         .unwrap();
     assert_exactly_once(&report);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_over_mariadb_charges_every_payment_exactly_once() {
+    let Some(url) = server("IDEM_MYSQL_URL", "mysql://root@127.0.0.1:3306/test", 3306) else {
+        return;
+    };
+    let table = format!("idem_demo_test_{:016x}", rand::random::<u64>());
+    let store = idem_mysql::MySqlStore::connect(&url)
+        .await
+        .unwrap()
+        .with_table(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    let pool = store.pool().clone();
+    let report = storm(Arc::new(store)).await;
+    idem_mysql::sqlx::raw_sql(&format!("DROP TABLE {table}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_exactly_once(&report);
+}

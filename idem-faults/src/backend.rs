@@ -1,5 +1,6 @@
 //! The stores under test, described so that a worker process can open the
-//! same one: a SQLite file, a Redis key prefix, a PostgreSQL table.
+//! same one: a SQLite file, a Redis key prefix, a PostgreSQL or MariaDB
+//! table.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +27,13 @@ pub enum Backend {
         /// The table.
         table: String,
     },
+    /// A MariaDB database and the table that isolates this test.
+    MySql {
+        /// The database's URL.
+        url: String,
+        /// The table.
+        table: String,
+    },
 }
 
 impl Backend {
@@ -35,10 +43,11 @@ impl Backend {
             Backend::Sqlite(_) => "sqlite",
             Backend::Redis { .. } => "redis",
             Backend::Postgres { .. } => "postgres",
+            Backend::MySql { .. } => "mysql",
         }
     }
 
-    /// Opens the store (creating the table for PostgreSQL).
+    /// Opens the store (creating the table for PostgreSQL and MariaDB).
     pub async fn open(&self) -> Result<Arc<dyn Store>, StoreError> {
         Ok(match self {
             Backend::Sqlite(path) => Arc::new(idem_sqlite::SqliteStore::open(path).await?),
@@ -49,6 +58,13 @@ impl Backend {
             ),
             Backend::Postgres { url, table } => {
                 let store = idem_postgres::PostgresStore::connect(url)
+                    .await?
+                    .with_table(table)?;
+                store.migrate().await?;
+                Arc::new(store)
+            }
+            Backend::MySql { url, table } => {
+                let store = idem_mysql::MySqlStore::connect(url)
                     .await?
                     .with_table(table)?;
                 store.migrate().await?;
@@ -65,6 +81,7 @@ impl Backend {
             Backend::Postgres { url, table } => {
                 vec!["postgres".into(), url.clone(), table.clone()]
             }
+            Backend::MySql { url, table } => vec!["mysql".into(), url.clone(), table.clone()],
         }
     }
 
@@ -77,6 +94,10 @@ impl Backend {
                 prefix: prefix.clone(),
             }),
             [kind, url, table] if kind == "postgres" => Some(Backend::Postgres {
+                url: url.clone(),
+                table: table.clone(),
+            }),
+            [kind, url, table] if kind == "mysql" => Some(Backend::MySql {
                 url: url.clone(),
                 table: table.clone(),
             }),
@@ -100,4 +121,9 @@ pub fn redis_url() -> Option<String> {
 /// The PostgreSQL URL for tests, or `None` as for [`redis_url`].
 pub fn postgres_url() -> Option<String> {
     Server::Postgres.require()
+}
+
+/// The MariaDB URL for tests, or `None` as for [`redis_url`].
+pub fn mysql_url() -> Option<String> {
+    Server::MySql.require()
 }

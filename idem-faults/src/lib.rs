@@ -10,4 +10,4 @@ pub mod backend;
 pub mod crash;
 pub mod ledger;
 
-pub use backend::{postgres_url, redis_url, unique_name, Backend};
+pub use backend::{mysql_url, postgres_url, redis_url, unique_name, Backend};

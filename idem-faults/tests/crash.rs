@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use idem_faults::crash::{self, Trial};
-use idem_faults::{postgres_url, redis_url, unique_name, Backend};
+use idem_faults::{mysql_url, postgres_url, redis_url, unique_name, Backend};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -70,6 +70,13 @@ async fn cleanup(backend: &Backend) {
                 .await
                 .unwrap();
         }
+        Backend::MySql { url, table } => {
+            let pool = idem_mysql::sqlx::MySqlPool::connect(url).await.unwrap();
+            idem_mysql::sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
     }
 }
 
@@ -92,6 +99,16 @@ async fn redis_survives_workers_killed_at_random_points() {
 async fn postgres_survives_workers_killed_at_random_points() {
     let Some(url) = postgres_url() else { return };
     trials(|_| Backend::Postgres {
+        url: url.clone(),
+        table: unique_name("crash"),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_survives_workers_killed_at_random_points() {
+    let Some(url) = mysql_url() else { return };
+    trials(|_| Backend::MySql {
         url: url.clone(),
         table: unique_name("crash"),
     })

@@ -92,6 +92,28 @@ impl Cleanup {
     }
 }
 
+impl Cleanup {
+    /// Runs `statement` on the MariaDB server at `url` when dropped.
+    pub fn mysql(url: &str, statement: String) -> Cleanup {
+        let url = url.to_owned();
+        Cleanup::new(statement.clone(), move || {
+            use sqlx::Connection;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let mut conn = sqlx::MySqlConnection::connect(&url).await?;
+                sqlx::raw_sql("SET SESSION lock_wait_timeout = 10")
+                    .execute(&mut conn)
+                    .await?;
+                sqlx::raw_sql(&statement).execute(&mut conn).await?;
+                conn.close().await
+            })?;
+            Ok(())
+        })
+    }
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let Some(job) = self.job.take() else { return };

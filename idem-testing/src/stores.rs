@@ -21,6 +21,8 @@ pub enum StoreKind {
     Redis,
     /// `PostgresStore`.
     Postgres,
+    /// `MySqlStore`, on MariaDB.
+    MySql,
 }
 
 /// A fresh, isolated store and the guard that cleans up after it (a key
@@ -49,20 +51,22 @@ impl std::error::Error for UnknownStore {}
 
 impl StoreKind {
     /// Every store, in the order reports list them.
-    pub const ALL: [StoreKind; 4] = [
+    pub const ALL: [StoreKind; 5] = [
         StoreKind::Memory,
         StoreKind::Sqlite,
         StoreKind::Redis,
         StoreKind::Postgres,
+        StoreKind::MySql,
     ];
 
-    /// Its short name: `memory`, `sqlite`, `redis`, `postgres`.
+    /// Its short name: `memory`, `sqlite`, `redis`, `postgres`, `mysql`.
     pub const fn name(self) -> &'static str {
         match self {
             StoreKind::Memory => "memory",
             StoreKind::Sqlite => "sqlite",
             StoreKind::Redis => "redis",
             StoreKind::Postgres => "postgres",
+            StoreKind::MySql => "mysql",
         }
     }
 
@@ -72,6 +76,7 @@ impl StoreKind {
             StoreKind::Memory | StoreKind::Sqlite => None,
             StoreKind::Redis => Some(Server::Redis),
             StoreKind::Postgres => Some(Server::Postgres),
+            StoreKind::MySql => Some(Server::MySql),
         }
     }
 
@@ -84,6 +89,7 @@ impl StoreKind {
             "sqlite" => Some(StoreKind::Sqlite),
             "redis" | "rediss" => Some(StoreKind::Redis),
             "postgres" | "postgresql" => Some(StoreKind::Postgres),
+            "mysql" | "mariadb" => Some(StoreKind::MySql),
             _ => None,
         }
     }
@@ -102,6 +108,13 @@ impl StoreKind {
             ),
             StoreKind::Postgres => {
                 let store = idem_postgres::PostgresStore::connect(url)
+                    .await?
+                    .with_table(name)?;
+                store.migrate().await?;
+                Arc::new(store)
+            }
+            StoreKind::MySql => {
+                let store = idem_mysql::MySqlStore::connect(url)
                     .await?
                     .with_table(name)?;
                 store.migrate().await?;
@@ -147,6 +160,15 @@ impl StoreKind {
                     guard,
                 }
             }
+            StoreKind::MySql => {
+                let url = Server::MySql.require()?;
+                let guard = Cleanup::mysql(&url, format!("DROP TABLE IF EXISTS {name}"));
+                let store = self.open(&url, &name).await;
+                Fresh {
+                    store: store.unwrap_or_else(|e| panic!("MariaDB at {url}: {e}")),
+                    guard,
+                }
+            }
         };
         Some(fresh)
     }
@@ -182,6 +204,10 @@ mod tests {
         assert_eq!(
             StoreKind::of_url("postgresql://h/db"),
             Some(StoreKind::Postgres)
+        );
+        assert_eq!(
+            StoreKind::of_url("mysql://root@h:3306/test"),
+            Some(StoreKind::MySql)
         );
         assert_eq!(StoreKind::of_url("sqlite:a.db"), Some(StoreKind::Sqlite));
         assert_eq!(StoreKind::of_url("ftp://x"), None);

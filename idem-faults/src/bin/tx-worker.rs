@@ -61,8 +61,8 @@ fn main() {
             Backend::Sqlite(path) => {
                 Sql::Sqlite(SqliteStore::open(path).await.expect("the store opens"))
             }
-            Backend::Redis { .. } => {
-                eprintln!("tx-worker: Redis has no transactions to complete in");
+            Backend::Redis { .. } | Backend::MySql { .. } => {
+                eprintln!("tx-worker: {backend:?} has no transactional completion yet");
                 std::process::exit(2);
             }
         };

@@ -1,0 +1,158 @@
+//! A MariaDB [`Store`](idem_core::Store) for idem: one InnoDB table, the
+//! database's clock, one statement per operation.
+//!
+//! ```no_run
+//! use idem_core::Idempotent;
+//! use idem_mysql::MySqlStore;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MySqlStore::connect("mysql://app@127.0.0.1/app")
+//!     .await?
+//!     .with_table("idem_records")?;
+//! store.migrate().await?; // creates the table and its index if missing
+//!
+//! let idem = Idempotent::new(store);
+//! let receipt: String = idem
+//!     .execute("order-7f3a", &("charge", 1250), || async {
+//!         Ok::<_, std::io::Error>("ch_1".to_owned())
+//!     })
+//!     .await?;
+//! # let _ = receipt;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Servers
+//!
+//! Supported: **MariaDB 10.5 and later**, the first release with
+//! `INSERT … RETURNING`, on InnoDB. Tested: MariaDB 10.11 (every test of
+//! this crate and the whole conformance kit run against it).
+//!
+//! **MySQL (8.0, 8.4, 9.x) is not supported yet.** It has no `RETURNING`,
+//! so no single statement can insert a record or hand back the live one; a
+//! claim there would be `INSERT … ON DUPLICATE KEY UPDATE` followed by a
+//! `SELECT`, which the binary protocol cannot send as one message. Its
+//! ways to one round trip (a stored procedure run by `CALL`, or a
+//! multi-statement text query with client-side escaping) are not built
+//! yet. On MySQL the first claim fails with a config
+//! [`StoreError`](idem_core::StoreError) that says so, before any work runs.
+//!
+//! # The table
+//!
+//! [`migrate`](MySqlStore::migrate) creates one InnoDB table (a crash of the
+//! database does not forget recorded outcomes) with an index on
+//! `retain_until` for purging:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS `idem_records` (
+//!     `key` VARBINARY(1024) NOT NULL PRIMARY KEY, -- the encoded idempotency key
+//!     token VARBINARY(16) NOT NULL,               -- the owner's 16-byte fencing token
+//!     fingerprint VARBINARY(64) NOT NULL,         -- SHA-256 of the request, with its scheme
+//!     state TINYINT NOT NULL,                     -- 0 in flight, 1 completed, 2 failed
+//!     payload LONGBLOB NOT NULL,                  -- the encoded outcome
+//!     lease_until DATETIME(6) NULL,               -- in flight only, UTC
+//!     retain_until DATETIME(6) NOT NULL,          -- the row is absent after this, UTC
+//!     KEY retain_until_idx (retain_until)
+//! ) ENGINE = InnoDB
+//! ```
+//!
+//! The key is binary, not text: a text collation would fold case and
+//! ignore trailing spaces, and two distinct keys would share a record.
+//! Payloads travel in one packet, so the server's `max_allowed_packet`
+//! (16 MiB by default on MariaDB 10.11) bounds a stored outcome.
+//!
+//! # Time
+//!
+//! Leases and retention go to the database as whole microseconds; every
+//! deadline is `UTC_TIMESTAMP(6) + INTERVAL n MICROSECOND` and every
+//! comparison and remaining time is computed against `UTC_TIMESTAMP(6)` in
+//! SQL. The application servers' clocks never matter. The server fixes
+//! `UTC_TIMESTAMP(6)` at the start of each statement, so the liveness test
+//! and the new deadlines within one statement agree; it is UTC so that no
+//! session time zone or daylight-saving change moves a deadline. A
+//! statement that waits on a row lock keeps its start time, so the
+//! deadlines it writes count from when it began: a lease it grants is
+//! shorter by that wait, which the heartbeat's margin (it renews every
+//! third of the lease) absorbs.
+//!
+//! # Round trips
+//!
+//! Each [`Store`](idem_core::Store) method is one statement in its own
+//! autocommit transaction, run as a prepared statement from sqlx's
+//! per-connection cache: a first execution costs two statements (claim,
+//! complete), a replay, an in-progress answer or a mismatch one. The claim
+//! is one `INSERT … ON DUPLICATE KEY UPDATE … RETURNING`: it inserts the
+//! record, replaces an expired one, or returns the live one unchanged. A
+//! replay changes no column, and InnoDB writes nothing for an unchanged
+//! row.
+//!
+//! # Locks and deadlocks
+//!
+//! The claim locks one primary-key record: the existing row for a key that
+//! is there, or the gap where a new key goes (InnoDB's duplicate check
+//! takes that lock at every isolation level, `READ COMMITTED` included).
+//! It takes no table lock and never scans a range, and neither do the
+//! compare-and-sets (`UPDATE`/`DELETE … WHERE key = ? AND token = ?`), so
+//! operations on different keys never wait on each other, and operations
+//! on one key queue on its row for the length of one statement.
+//!
+//! InnoDB can still pick a store statement as a deadlock victim when
+//! another transaction on the same table takes wider locks (a range locked
+//! `FOR UPDATE` through the retention index, then a wait on the key the
+//! claim just inserted). The victim is rolled back whole — being alone in
+//! its autocommit transaction, nothing of it took effect — so the store runs
+//! it again, up to eight times, and the caller sees the outcome of one
+//! serial order as usual; only a statement that loses nine deadlocks in a
+//! row surfaces one, as a backend [`StoreError`](idem_core::StoreError)
+//! (safe to retry). The store's own statements never deadlock with each
+//! other in its tests: 32 callers claiming, releasing and completing four
+//! shared keys, with the reruns switched off, saw no deadlock; and a
+//! constructed deadlock shows the rerun turning it into a plain success.
+//!
+//! # Purging expired records
+//!
+//! An expired record is absent to every method at once; its row stays until
+//! [`purge_expired`](idem_core::Store::purge_expired) deletes it, in batches
+//! of at most `limit` rows, oldest first. A batch is read without locks
+//! (a consistent read of the retention index), then deleted by primary key
+//! with the expiry checked again, in statements of at most 500 keys: a row a
+//! claim renewed in between stays, a row another purger took is not
+//! counted twice, and no range of the index is locked against claims. Run a
+//! loop like this on every app server:
+//!
+//! ```no_run
+//! # use idem_core::Store;
+//! # use idem_mysql::MySqlStore;
+//! # async fn purger(store: MySqlStore) {
+//! let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+//! loop {
+//!     every.tick().await;
+//!     // Small batches keep each statement short; loop while full.
+//!     while let Ok(1000) = store.purge_expired(1000).await {}
+//! }
+//! # }
+//! ```
+//!
+//! # Failures
+//!
+//! A lost connection (server restart, `KILL`) fails the operation in
+//! flight with a backend [`StoreError`](idem_core::StoreError); the pool
+//! drops the broken connection and opens a new one for later calls. A row
+//! that does not decode is a corrupt `StoreError`; a missing table, a bad
+//! name or an unsupported server a config one.
+#![forbid(unsafe_code)]
+
+mod row;
+mod store;
+mod table;
+
+#[doc(hidden)]
+#[cfg(feature = "raw-protocol")]
+pub mod raw;
+
+pub use sqlx;
+pub use store::MySqlStore;
+pub use table::DEFAULT_TABLE;
+
+/// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
+pub(crate) const BACKEND: &str = "mysql";

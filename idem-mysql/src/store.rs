@@ -1,0 +1,271 @@
+//! `MySqlStore`: construction, migration and the `Store` primitives.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use sqlx::mysql::{MySql, MySqlArguments, MySqlPool};
+use sqlx::query::Query;
+
+use crate::row::{error, is_deadlock, micros, record};
+use crate::table::{Statements, TableName};
+
+/// How many times a statement that lost a deadlock is run again before the
+/// error reaches the caller. A deadlock victim is rolled back whole, so a
+/// rerun is the same single atomic step, not a second one.
+const DEADLOCK_RERUNS: usize = 8;
+
+/// The most keys one purge `DELETE` lists, so that a large `limit` never
+/// becomes one huge statement.
+const PURGE_CHUNK: usize = 500;
+
+/// Idempotency records in one MariaDB table, on a sqlx pool.
+///
+/// Every method is one statement, so one round trip, and runs in its own
+/// autocommit transaction; deadlines are computed and compared on the
+/// database's clock. Cheap to clone: clones share the pool.
+///
+/// # Setting up
+///
+/// Build it with [`connect`](MySqlStore::connect) or, to share the
+/// application's pool, [`from_pool`](MySqlStore::from_pool); pick the table
+/// with [`with_table`](MySqlStore::with_table) (default
+/// [`DEFAULT_TABLE`](crate::DEFAULT_TABLE)) and create it with
+/// [`migrate`](MySqlStore::migrate) at start-up.
+///
+/// # Purging
+///
+/// Records past retention behave as absent at once, but their rows stay
+/// until [`purge_expired`](Store::purge_expired) deletes them. Call it
+/// periodically in batches (see the [crate docs](crate#purging-expired-records)).
+///
+/// # Isolation
+///
+/// The statements are correct under every isolation level: the claim and
+/// the compare-and-sets read the row they change through InnoDB's locking
+/// reads, which always see the latest committed version. See the
+/// [crate docs](crate#locks-and-deadlocks) for the locks they take.
+#[derive(Clone)]
+pub struct MySqlStore {
+    pool: MySqlPool,
+    sql: Arc<Statements>,
+}
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("table", &self.sql.name.display())
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl MySqlStore {
+    /// Connects a new pool to `url` (for example
+    /// `mysql://app@db.internal/app`) with sqlx's default pool options, and
+    /// checks that one connection can be made.
+    ///
+    /// A malformed URL is a config error; an unreachable server a backend
+    /// error. Like every acquisition from a sqlx pool, it keeps retrying a
+    /// refused connection (a server that is starting) until the pool's
+    /// acquire timeout, 30 s by default. To tune the pool (size, timeouts),
+    /// build it yourself and use [`from_pool`](MySqlStore::from_pool).
+    pub async fn connect(url: &str) -> Result<MySqlStore, StoreError> {
+        let pool = MySqlPool::connect(url).await.map_err(error)?;
+        Ok(MySqlStore::from_pool(pool))
+    }
+
+    /// Uses `pool`, which may be shared with the rest of the application:
+    /// the store takes a connection only for the length of one statement,
+    /// so work that uses the same pool cannot deadlock against it.
+    ///
+    /// sqlx pools ping a connection before handing it out unless built
+    /// with `test_before_acquire(false)`. The ping replaces connections the
+    /// server dropped while they were idle (a restart, a `KILL`) without an
+    /// error reaching any caller; turning it off saves one network exchange
+    /// per operation, and then each dropped connection fails one operation
+    /// with a backend error before the pool replaces it.
+    pub fn from_pool(pool: MySqlPool) -> MySqlStore {
+        MySqlStore {
+            pool,
+            sql: Arc::new(Statements::new(TableName::default())),
+        }
+    }
+
+    /// Uses the table `name`: `table` or `database.table`, each part an
+    /// ASCII letter or `_` followed by ASCII letters, digits or `_`, at most
+    /// 64 characters. Any other name is a config error. The name is checked
+    /// here once and every statement is built from it now; it is quoted
+    /// with backticks, so reserved words work as names.
+    pub fn with_table(self, name: &str) -> Result<MySqlStore, StoreError> {
+        let name = TableName::parse(name)?;
+        Ok(MySqlStore {
+            pool: self.pool,
+            sql: Arc::new(Statements::new(name)),
+        })
+    }
+
+    /// Creates the table, with its retention index, if it is missing;
+    /// harmless when it exists. Safe to run from many processes at once:
+    /// it is one `CREATE TABLE IF NOT EXISTS`, which the server serializes
+    /// on the table's metadata lock. Creates no database: a database named
+    /// in the table must exist.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        // The text protocol: DDL gains nothing from a prepared statement.
+        sqlx::raw_sql(&self.sql.migrate)
+            .execute(&self.pool)
+            .await
+            .map_err(error)?;
+        Ok(())
+    }
+
+    /// The pool this store runs on.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// The table name, as given to [`with_table`](MySqlStore::with_table).
+    pub fn table(&self) -> String {
+        self.sql.name.display()
+    }
+
+    #[cfg(feature = "raw-protocol")]
+    pub(crate) fn statements(&self) -> &Statements {
+        &self.sql
+    }
+
+    async fn write(
+        &self,
+        sql: &str,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let done = rerun_deadlocks(|| {
+            bind_record(sqlx::query(sql), record)
+                .bind(key)
+                .bind(&expected.as_bytes()[..])
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+/// Runs `statement` again while the server picks it as a deadlock victim,
+/// at most [`DEADLOCK_RERUNS`] times, and types its error.
+pub(crate) async fn rerun_deadlocks<T, F, Fut>(mut statement: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut reruns = 0;
+    loop {
+        match statement().await {
+            Err(e) if is_deadlock(&e) && reruns < DEADLOCK_RERUNS => reruns += 1,
+            done => return done.map_err(error),
+        }
+    }
+}
+
+/// Binds a record's columns, in the order every writing statement takes
+/// them: token, fingerprint, state, payload, lease, retention.
+pub(crate) fn bind_record<'q>(
+    query: Query<'q, MySql, MySqlArguments>,
+    record: &'q NewRecord<'q>,
+) -> Query<'q, MySql, MySqlArguments> {
+    query
+        .bind(&record.token.as_bytes()[..])
+        .bind(record.fingerprint.stored())
+        .bind(record.state.as_u8())
+        .bind(record.payload)
+        .bind(record.lease.map(micros))
+        .bind(micros(record.retention))
+}
+
+#[async_trait]
+impl Store for MySqlStore {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        let row = rerun_deadlocks(|| {
+            bind_record(sqlx::query(&self.sql.insert).bind(key), record).fetch_one(&self.pool)
+        })
+        .await?;
+        let found = crate::row::record(&row)?;
+        // Tokens are random 128-bit values: the row carries the caller's
+        // own token exactly when this statement wrote it.
+        if found.token == record.token {
+            Ok(Insert::Inserted)
+        } else {
+            Ok(Insert::Found(found))
+        }
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.write(&self.sql.swap, key, expected, record).await
+    }
+
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.write(&self.sql.take_over, key, expected, record).await
+    }
+
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        let done = rerun_deadlocks(|| {
+            sqlx::query(&self.sql.remove)
+                .bind(key)
+                .bind(&expected.as_bytes()[..])
+                .execute(&self.pool)
+        })
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let row = sqlx::query(&self.sql.load)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(error)?;
+        row.map(|row| record(&row)).transpose()
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let keys: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.expired)
+            .bind(u64::try_from(limit).unwrap_or(u64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(error)?;
+        let mut deleted = 0;
+        for chunk in keys.chunks(PURGE_CHUNK) {
+            let sql = self.sql.delete_expired(chunk.len());
+            let done = rerun_deadlocks(|| {
+                let mut query = sqlx::query(&sql);
+                for key in chunk {
+                    query = query.bind(key);
+                }
+                // Only full chunks repeat their text; the last, shorter
+                // one would crowd the connection's statement cache.
+                query
+                    .persistent(chunk.len() == PURGE_CHUNK)
+                    .execute(&self.pool)
+            })
+            .await?;
+            deleted += usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
+        }
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,308 @@
+//! The table name, checked once, and every SQL statement built from it once.
+//!
+//! The name is the only text ever spliced into SQL, and only after it has
+//! passed [`TableName::parse`]: every value a caller supplies at run time
+//! (keys, tokens, payloads, durations) travels as a bound parameter.
+
+use idem_core::StoreError;
+
+use crate::BACKEND;
+
+/// The table a store uses when none is named.
+pub const DEFAULT_TABLE: &str = "idem_records";
+
+/// The longest part accepted: MySQL and MariaDB refuse database and table
+/// names longer than 64 characters.
+pub(crate) const MAX_PART_LEN: usize = 64;
+
+/// A validated, optionally database-qualified table name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TableName {
+    database: Option<String>,
+    table: String,
+}
+
+impl Default for TableName {
+    fn default() -> TableName {
+        TableName {
+            database: None,
+            table: DEFAULT_TABLE.to_owned(),
+        }
+    }
+}
+
+impl TableName {
+    /// Accepts `table` or `database.table`, each part a plain identifier: an
+    /// ASCII letter or `_`, then ASCII letters, digits or `_`. Anything else
+    /// (backticks, quotes, spaces, semicolons, an empty part, a third part)
+    /// is a configuration error, so no input can change the statements'
+    /// meaning.
+    pub(crate) fn parse(name: &str) -> Result<TableName, StoreError> {
+        let refuse = |why: &str| {
+            StoreError::config(
+                BACKEND,
+                format!("invalid table name {name:?}: {why}; expected `table` or `database.table` made of ASCII letters, digits and `_`"),
+            )
+        };
+        let mut parts = name.split('.');
+        let (database, table) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(table), None, None) => (None, table),
+            (Some(database), Some(table), None) => (Some(database), table),
+            _ => return Err(refuse("more than one `.`")),
+        };
+        if let Some(database) = database {
+            check_identifier(database).map_err(|why| refuse(&why))?;
+        }
+        check_identifier(table).map_err(|why| refuse(&why))?;
+        Ok(TableName {
+            database: database.map(str::to_owned),
+            table: table.to_owned(),
+        })
+    }
+
+    /// The name as the caller wrote it.
+    pub(crate) fn display(&self) -> String {
+        match &self.database {
+            Some(database) => format!("{database}.{}", self.table),
+            None => self.table.clone(),
+        }
+    }
+
+    /// The quoted, qualified name to splice into SQL. Backticks let reserved
+    /// words such as `order` be table names; validation already ruled out
+    /// backticks inside.
+    fn quoted(&self) -> String {
+        match &self.database {
+            Some(database) => format!("`{database}`.`{}`", self.table),
+            None => format!("`{}`", self.table),
+        }
+    }
+}
+
+fn check_identifier(part: &str) -> Result<(), String> {
+    let mut chars = part.chars();
+    match chars.next() {
+        None => return Err("a part is empty".to_owned()),
+        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => {
+            return Err(format!("{part:?} must start with an ASCII letter or `_`"))
+        }
+        Some(_) => {}
+    }
+    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
+        return Err(format!("{part:?} contains {c:?}"));
+    }
+    if part.len() > MAX_PART_LEN {
+        return Err(format!("{part:?} is longer than {MAX_PART_LEN} characters"));
+    }
+    Ok(())
+}
+
+// The clock of every statement. `UTC_TIMESTAMP(6)`, like `NOW(6)`, is fixed
+// at the start of the statement, so a record's liveness test and its new
+// deadlines agree with each other (`SYSDATE(6)` would move between the
+// columns of one row). UTC rather than `NOW(6)` because `DATETIME` columns
+// hold no time zone: under a session zone with daylight saving, `NOW(6)`
+// steps back an hour once a year and deadlines would move with it.
+// `DATETIME(6)` rather than `TIMESTAMP(6)` because the latter ends in 2038.
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// Every statement a store runs, built once from its table name.
+///
+/// Parameters are positional (`?`), so each statement's doc says the order
+/// in which they are bound.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) name: TableName,
+    pub(crate) migrate: String,
+    /// key, token, fingerprint, state, payload, lease µs, retention µs.
+    pub(crate) insert: String,
+    /// token, fingerprint, state, payload, lease µs, retention µs, key,
+    /// expected token.
+    pub(crate) swap: String,
+    /// As `swap`.
+    pub(crate) take_over: String,
+    /// key, expected token.
+    pub(crate) remove: String,
+    /// key.
+    pub(crate) load: String,
+    /// limit.
+    pub(crate) expired: String,
+}
+
+impl Statements {
+    pub(crate) fn new(name: TableName) -> Statements {
+        let t = name.quoted();
+        // Remaining times leave the database as whole microseconds, so the
+        // client never compares clocks.
+        let left = |column: &str| format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, {column})");
+        let columns = format!(
+            "token, fingerprint, state, payload, {}, {}",
+            left("lease_until"),
+            left("retain_until")
+        );
+        // In `ON DUPLICATE KEY UPDATE`, MySQL and MariaDB assign left to
+        // right and a later expression sees the columns already assigned.
+        // Every condition reads only `retain_until`, which is assigned
+        // last, so each one tests the row as it was found.
+        let replace_if_expired = |column: &str| {
+            format!("{column} = IF(retain_until <= {NOW}, VALUES({column}), {column})")
+        };
+        let set_on_conflict = [
+            "token",
+            "fingerprint",
+            "state",
+            "payload",
+            "lease_until",
+            "retain_until",
+        ]
+        .map(replace_if_expired)
+        .join(", ");
+        let set_new = format!(
+            "token = ?, fingerprint = ?, state = ?, payload = ?, \
+             lease_until = {NOW} + INTERVAL ? MICROSECOND, \
+             retain_until = {NOW} + INTERVAL ? MICROSECOND"
+        );
+        let owned_live_in_flight =
+            format!("`key` = ? AND token = ? AND state = 0 AND retain_until > {NOW}");
+        Statements {
+            // One statement, so one atomic step for the data dictionary:
+            // concurrent runs of it from many processes serialize on the
+            // table's metadata lock, and all but the first find the table
+            // and do nothing. The index is part of the table's definition,
+            // so no second statement can collide.
+            migrate: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\
+                 `key` VARBINARY(1024) NOT NULL PRIMARY KEY, \
+                 token VARBINARY(16) NOT NULL, \
+                 fingerprint VARBINARY(64) NOT NULL, \
+                 state TINYINT NOT NULL, \
+                 payload LONGBLOB NOT NULL, \
+                 lease_until DATETIME(6) NULL, \
+                 retain_until DATETIME(6) NOT NULL, \
+                 KEY retain_until_idx (retain_until)\
+                 ) ENGINE = InnoDB"
+            ),
+            // One statement for the three outcomes of a claim. The insert
+            // either adds the row or meets the existing one; on a duplicate
+            // InnoDB locks that row's latest committed version (never a
+            // snapshot, whatever the isolation level) and the IFs replace it
+            // only if it is expired, else leave it unchanged, which writes
+            // nothing. RETURNING (MariaDB 10.5+) hands back the row as it
+            // stands after the statement: the caller's own token means it
+            // was inserted, any other token is the live record found.
+            insert: format!(
+                "INSERT INTO {t} \
+                 (`key`, token, fingerprint, state, payload, lease_until, retain_until) \
+                 VALUES (?, ?, ?, ?, ?, {NOW} + INTERVAL ? MICROSECOND, \
+                 {NOW} + INTERVAL ? MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE {set_on_conflict} \
+                 RETURNING {columns}"
+            ),
+            swap: format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}"),
+            take_over: format!(
+                "UPDATE {t} SET {set_new} WHERE {owned_live_in_flight} \
+                 AND (lease_until IS NULL OR lease_until <= {NOW})"
+            ),
+            remove: format!("DELETE FROM {t} WHERE {owned_live_in_flight}"),
+            load: format!("SELECT {columns} FROM {t} WHERE `key` = ? AND retain_until > {NOW}"),
+            // A plain consistent read: it takes no lock, so picking a batch
+            // never blocks a claim. The delete that follows goes by primary
+            // key (see `delete_expired`).
+            expired: format!(
+                "SELECT `key` FROM {t} WHERE retain_until <= {NOW} \
+                 ORDER BY retain_until LIMIT ?"
+            ),
+            name,
+        }
+    }
+
+    /// Deletes the rows of `count` listed keys that are still expired: a
+    /// key another purger deleted, or a claim renewed, since the batch was
+    /// read is left alone. Point lookups on the primary key lock only the
+    /// rows they delete, never a range of the retention index that claims
+    /// would insert into.
+    pub(crate) fn delete_expired(&self, count: usize) -> String {
+        let marks = vec!["?"; count].join(", ");
+        format!(
+            "DELETE FROM {} WHERE `key` IN ({marks}) AND retain_until <= {NOW}",
+            self.name.quoted()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::StoreErrorKind;
+
+    use super::*;
+
+    #[test]
+    fn plain_and_database_qualified_names_are_accepted() {
+        for name in ["idem_records", "_t1", "App.Idem", "d.t", "order"] {
+            let parsed = TableName::parse(name).unwrap();
+            assert_eq!(parsed.display(), name);
+        }
+        assert_eq!(
+            TableName::parse(DEFAULT_TABLE).unwrap(),
+            TableName::default()
+        );
+        let longest = "t".repeat(MAX_PART_LEN);
+        assert!(TableName::parse(&longest).is_ok());
+    }
+
+    #[test]
+    fn anything_but_plain_identifiers_is_a_config_error() {
+        let too_long = "t".repeat(MAX_PART_LEN + 1);
+        let database_too_long = format!("{}.t", "d".repeat(MAX_PART_LEN + 1));
+        for name in [
+            "",
+            ".",
+            "a.",
+            ".a",
+            "a.b.c",
+            "x; drop table y",
+            "`quoted`",
+            "\"quoted\"",
+            "it's",
+            "1abc",
+            "white space",
+            "ünicode",
+            "dash-ed",
+            too_long.as_str(),
+            database_too_long.as_str(),
+        ] {
+            let error = TableName::parse(name).unwrap_err();
+            assert_eq!(error.kind(), StoreErrorKind::Config, "{name:?}");
+            assert!(error.to_string().contains("invalid table name"), "{error}");
+        }
+    }
+
+    #[test]
+    fn statements_splice_only_the_quoted_name() {
+        let statements = Statements::new(TableName::parse("app.idem").unwrap());
+        assert!(statements.insert.starts_with("INSERT INTO `app`.`idem` "));
+        assert!(statements
+            .migrate
+            .starts_with("CREATE TABLE IF NOT EXISTS `app`.`idem` ("));
+        assert_eq!(
+            statements.delete_expired(2),
+            "DELETE FROM `app`.`idem` WHERE `key` IN (?, ?) AND retain_until <= UTC_TIMESTAMP(6)"
+        );
+    }
+
+    #[test]
+    fn retention_is_assigned_last_on_conflict() {
+        // Every condition reads `retain_until`; assigned earlier, it would
+        // make the later conditions test the new deadline.
+        let statements = Statements::new(TableName::default());
+        let update = statements
+            .insert
+            .split("ON DUPLICATE KEY UPDATE")
+            .nth(1)
+            .unwrap();
+        let assignments = update.matches(" = IF(").count();
+        let last = update.rfind(" = IF(").unwrap();
+        assert_eq!(assignments, 6);
+        assert!(update[..last].ends_with(", retain_until"), "{update}");
+    }
+}
