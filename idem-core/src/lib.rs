@@ -183,6 +183,12 @@
 mod error;
 mod fingerprint;
 mod idempotent;
+/// Entry points for the fuzz targets in `idem-fuzz`; not a stable API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::fingerprint::canonical_forms;
+}
 mod key;
 mod lease;
 mod machine;

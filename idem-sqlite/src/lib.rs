@@ -29,6 +29,9 @@
 #![forbid(unsafe_code)]
 
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod ops;
 mod raw;
 mod schema;

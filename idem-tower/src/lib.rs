@@ -24,6 +24,9 @@
 #![forbid(unsafe_code)]
 
 mod body;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod layer;
 mod problem;
 mod request;
