@@ -53,6 +53,7 @@ macro_rules! __with_cases {
                 large_payload_round_trips,
                 every_byte_value_round_trips,
                 tokens_and_fingerprints_round_trip,
+                fingerprint_schemes_round_trip,
                 keys_with_every_visible_ascii_character_are_kept_apart,
                 longest_keys_are_kept_apart,
                 many_keys_are_held_at_once,

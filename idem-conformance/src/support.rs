@@ -59,7 +59,7 @@ pub(crate) fn in_flight(
         state: State::InFlight,
         payload: &[],
         lease: Some(lease),
-        retention: RETENTION.max(lease),
+        retention: idem_core::clamp::retention(RETENTION, lease),
     }
 }
 

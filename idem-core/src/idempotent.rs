@@ -7,9 +7,12 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use tokio::time::Instant;
+
 use crate::machine::{decide, Decision};
 use crate::{
-    Begin, Error, Fingerprint, Insert, Key, Lease, NewRecord, Replay, State, Store, Token, When,
+    Begin, Error, Fingerprint, Fingerprints, Insert, Key, Lease, NewRecord, Replay, State, Store,
+    Token, When,
 };
 
 /// The default lease: how long a crashed owner blocks its key.
@@ -18,9 +21,16 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// The default retention: how long outcomes are kept and replayed.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
-// A takeover that loses a race looks again; each loss means another caller
-// changed the record, so a few rounds settle it.
-const MAX_ROUNDS: usize = 8;
+// A takeover that loses a race looks again at once; each loss means
+// another caller changed the record, so a few rounds settle it. Past this
+// many losses in a row the caller backs off like a waiter (or gets
+// `InProgress` when it does not wait).
+const MAX_LOST_TAKEOVERS: usize = 8;
+
+// A waiter polls the store with a backoff doubling from the first to the
+// longest pause, never past its deadline or the owner's lease.
+const FIRST_PAUSE: Duration = Duration::from_millis(5);
+const LONGEST_PAUSE: Duration = Duration::from_millis(250);
 
 /// Runs work at most once per idempotency key and replays its outcome.
 ///
@@ -60,7 +70,7 @@ impl Idempotent {
     /// runs, so it only bounds how long a *crashed* owner blocks the key.
     /// Zero is raised to one millisecond.
     pub fn with_lease(mut self, lease: Duration) -> Idempotent {
-        self.lease = lease.max(Duration::from_millis(1));
+        self.lease = crate::clamp::lease(lease);
         self
     }
 
@@ -68,7 +78,7 @@ impl Idempotent {
     /// retention shorter than the lease is raised to the lease for claimed
     /// keys, so that a live lease is never forgotten.
     pub fn with_retention(mut self, retention: Duration) -> Idempotent {
-        self.retention = retention.max(Duration::from_millis(1));
+        self.retention = retention.max(crate::clamp::SHORTEST);
         self
     }
 
@@ -79,8 +89,13 @@ impl Idempotent {
     }
 
     /// Makes a caller that finds the key in progress wait up to `wait` for
-    /// the outcome (polling the store with backoff) instead of returning
-    /// [`Error::InProgress`] at once.
+    /// the outcome instead of returning [`Error::InProgress`] at once.
+    ///
+    /// The waiter polls the store with a backoff that doubles from 5 ms to
+    /// 250 ms, for as long as its own deadline allows and no longer: it
+    /// gets the outcome as soon as one is recorded, takes the key over
+    /// (and runs the work) if the owner crashed and its lease lapsed, or
+    /// gets [`Error::InProgress`] once `wait` has passed.
     pub fn with_wait(mut self, wait: Duration) -> Idempotent {
         self.wait = Some(wait);
         self
@@ -206,7 +221,7 @@ impl Idempotent {
         // touches nothing.
         let key = self.key(key).map_err(Error::into_work_error)?;
         let fingerprint = Fingerprint::of_json(body).map_err(Error::Encode)?;
-        let lease = match self.begin_key(key, fingerprint).await {
+        let lease = match self.begin_key(key, fingerprint.into()).await {
             Ok(Begin::Run(lease)) => lease,
             Ok(Begin::Replay(replay)) if replay.is_failure() => {
                 return Err(replay_failure(replay.payload()))
@@ -217,8 +232,11 @@ impl Idempotent {
             Err(error) => return Err(error.into_work_error()),
         };
 
-        let (outcome, lost) = run_with_heartbeat(&lease, work()).await;
-        if lost {
+        let crate::Ran {
+            output: outcome,
+            lease_lost,
+        } = lease.run(work()).await;
+        if lease_lost {
             return match outcome {
                 Err(error) => Err(Error::Work(error)),
                 Ok(_) => Err(Error::LeaseLost),
@@ -259,19 +277,27 @@ impl Idempotent {
     /// Claims `key` for a request with this fingerprint, or finds its
     /// recorded outcome. The lower-level API that frameworks (the HTTP
     /// layer) are built on; [`execute`](Idempotent::execute) is this plus
-    /// running the work, the heartbeat and the recording.
+    /// running the work with [`Lease::run`] and the recording.
+    ///
+    /// `fingerprint` is a [`Fingerprint`], or a [`Fingerprints`] that also
+    /// matches records made under older schemes (see
+    /// [Schemes](Fingerprint#schemes)); a new record gets the current one.
     ///
     /// Costs one store round trip, and one more to take over a key whose
     /// owner's lease lapsed.
-    pub async fn begin(&self, key: &str, fingerprint: Fingerprint) -> Result<Begin, Error> {
-        self.begin_key(self.key(key)?, fingerprint).await
+    pub async fn begin(
+        &self,
+        key: &str,
+        fingerprint: impl Into<Fingerprints>,
+    ) -> Result<Begin, Error> {
+        self.begin_key(self.key(key)?, fingerprint.into()).await
     }
 
-    async fn begin_key(&self, key: Key, fingerprint: Fingerprint) -> Result<Begin, Error> {
-        let waiting_until = self.wait.map(|wait| tokio::time::Instant::now() + wait);
-        let mut backoff = Duration::from_millis(5);
-        let mut retry_after = Duration::ZERO;
-        for _ in 0..MAX_ROUNDS {
+    async fn begin_key(&self, key: Key, fingerprints: Fingerprints) -> Result<Begin, Error> {
+        let fingerprint = fingerprints.current();
+        let mut waiter = Waiter::new(self.wait);
+        let mut lost_takeovers = 0;
+        loop {
             let token = Token::random();
             let record = NewRecord {
                 token,
@@ -279,7 +305,7 @@ impl Idempotent {
                 state: State::InFlight,
                 payload: &[],
                 lease: Some(self.lease),
-                retention: self.retention.max(self.lease),
+                retention: self.claimed_retention(),
             };
             let found = match self.store.insert(key.as_str(), &record).await {
                 Ok(Insert::Inserted) => {
@@ -288,7 +314,7 @@ impl Idempotent {
                 Ok(Insert::Found(found)) => found,
                 Err(source) => return Err(Error::store(source, When::BeforeWork)),
             };
-            match decide(&found, &fingerprint) {
+            let left = match decide(&found, &fingerprints) {
                 Decision::Mismatch => return Err(Error::Mismatch),
                 Decision::Replay => {
                     return Ok(Begin::Replay(Replay::new(found.state, found.payload)))
@@ -298,24 +324,25 @@ impl Idempotent {
                         Ok(true) => return Ok(Begin::Run(self.lease_for(key, token, fingerprint))),
                         // Another recoverer won, or the owner renewed or
                         // finished just in time: look again.
-                        Ok(false) => continue,
+                        Ok(false) if lost_takeovers < MAX_LOST_TAKEOVERS => {
+                            lost_takeovers += 1;
+                            continue;
+                        }
+                        Ok(false) => self.lease,
                         Err(source) => return Err(Error::store(source, When::BeforeWork)),
                     }
                 }
-                Decision::InProgress(left) => {
-                    retry_after = left;
-                    let now = tokio::time::Instant::now();
-                    match waiting_until {
-                        Some(until) if now < until => {
-                            tokio::time::sleep(backoff.min(left).min(until - now)).await;
-                            backoff = (backoff * 2).min(Duration::from_millis(250));
-                        }
-                        _ => return Err(Error::InProgress { retry_after: left }),
-                    }
-                }
+                Decision::InProgress(left) => left,
+            };
+            if !waiter.pause(left).await {
+                return Err(Error::InProgress { retry_after: left });
             }
         }
-        Err(Error::InProgress { retry_after })
+    }
+
+    /// The retention a claimed key is written with.
+    fn claimed_retention(&self) -> Duration {
+        crate::clamp::retention(self.retention, self.lease)
     }
 
     fn lease_for(&self, key: Key, token: Token, fingerprint: Fingerprint) -> Lease {
@@ -325,21 +352,45 @@ impl Idempotent {
             token,
             fingerprint,
             self.lease,
-            self.retention.max(self.lease),
+            self.claimed_retention(),
         )
     }
 }
 
-/// Polls `work` and the lease's heartbeat together in this task, so no
-/// spawned task can outlive the call. Returns the work's outcome and whether
-/// the lease was found lost while it ran.
-async fn run_with_heartbeat<Fut: Future>(lease: &Lease, work: Fut) -> (Fut::Output, bool) {
-    let mut work = std::pin::pin!(work);
-    let heartbeat = lease.heartbeat();
-    let mut heartbeat = std::pin::pin!(heartbeat);
-    tokio::select! {
-        biased;
-        outcome = &mut work => (outcome, false),
-        () = &mut heartbeat => (work.await, true),
+/// A caller that waits for a key in progress: until its own deadline, with
+/// capped backoff.
+struct Waiter {
+    deadline: Option<Instant>,
+    pause: Duration,
+}
+
+impl Waiter {
+    fn new(wait: Option<Duration>) -> Waiter {
+        Waiter {
+            deadline: wait.map(|wait| Instant::now() + wait),
+            pause: FIRST_PAUSE,
+        }
+    }
+
+    /// Sleeps before the next look at the key, at most until the deadline
+    /// and until the owner's lease (`left`) could lapse; `false` once the
+    /// deadline has passed (or for a caller that does not wait).
+    async fn pause(&mut self, left: Duration) -> bool {
+        let Some(deadline) = self.deadline else {
+            return false;
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        // A lapsed lease may read as zero left: pause at least a moment so
+        // a takeover that keeps losing does not spin.
+        let pause = self
+            .pause
+            .min(left.max(crate::clamp::SHORTEST))
+            .min(deadline - now);
+        tokio::time::sleep(pause).await;
+        self.pause = (self.pause * 2).min(LONGEST_PAUSE);
+        true
     }
 }

@@ -39,6 +39,50 @@ pub enum KeyError {
     },
 }
 
+/// A part of a [`Key`] besides the client key, named by
+/// [`KeyError::part`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyPart {
+    /// The namespace: set by the application, so a refused one is a
+    /// configuration error, not the client's.
+    Namespace,
+    /// The scope: the tenant or principal.
+    Scope,
+}
+
+impl KeyPart {
+    /// `"namespace"` or `"scope"`, as in [`KeyError::InvalidScope`]'s
+    /// `part`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            KeyPart::Namespace => "namespace",
+            KeyPart::Scope => "scope",
+        }
+    }
+}
+
+impl fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl KeyError {
+    /// Which part was refused, for [`KeyError::InvalidScope`]; `None` for
+    /// errors about the client key. Match on this rather than on the
+    /// `part` string.
+    pub fn part(&self) -> Option<KeyPart> {
+        match self {
+            KeyError::InvalidScope { part, .. } if *part == KeyPart::Namespace.as_str() => {
+                Some(KeyPart::Namespace)
+            }
+            KeyError::InvalidScope { .. } => Some(KeyPart::Scope),
+            _ => None,
+        }
+    }
+}
+
 /// An idempotency key: namespace, scope and client key, encoded once.
 ///
 /// The client key is what the caller sends (1–255 visible ASCII
@@ -57,8 +101,8 @@ impl Key {
     /// Validates the three parts and encodes them.
     pub fn new(namespace: &str, scope: &str, client_key: &str) -> Result<Key, KeyError> {
         validate_client_key(client_key)?;
-        validate_part("namespace", namespace)?;
-        validate_part("scope", scope)?;
+        validate_part(KeyPart::Namespace, namespace)?;
+        validate_part(KeyPart::Scope, scope)?;
         let mut encoded =
             String::with_capacity(namespace.len() + scope.len() + client_key.len() + 8);
         use fmt::Write;
@@ -117,7 +161,8 @@ pub fn validate_client_key(key: &str) -> Result<(), KeyError> {
     }
 }
 
-fn validate_part(part: &'static str, value: &str) -> Result<(), KeyError> {
+fn validate_part(part: KeyPart, value: &str) -> Result<(), KeyError> {
+    let part = part.as_str();
     if value.len() > MAX_SCOPE_LEN {
         return Err(KeyError::InvalidScope {
             part,
@@ -164,6 +209,14 @@ mod tests {
         ));
         assert!(validate_client_key("clé").is_err());
         assert!(validate_client_key("a\tb").is_err());
-        assert!(Key::new("", "tenant\0", "k").is_err());
+        assert_eq!(
+            Key::new("", "tenant\0", "k").unwrap_err().part(),
+            Some(KeyPart::Scope)
+        );
+        assert_eq!(
+            Key::new("ns\n", "", "k").unwrap_err().part(),
+            Some(KeyPart::Namespace)
+        );
+        assert_eq!(Key::new("", "", "").unwrap_err().part(), None);
     }
 }

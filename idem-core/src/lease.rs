@@ -2,6 +2,8 @@
 //! recorded one is a [`Replay`].
 
 use std::fmt;
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +50,17 @@ impl Replay {
     pub fn into_payload(self) -> Vec<u8> {
         self.payload
     }
+}
+
+/// What [`Lease::run`] returns: the work's output, and whether the lease
+/// was found lost while it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ran<T> {
+    /// What the work returned.
+    pub output: T,
+    /// Whether a renewal found the lease lost while the work ran; if so
+    /// the outcome must not be recorded.
+    pub lease_lost: bool,
 }
 
 /// The right to run the work for one key, fenced by a token.
@@ -107,9 +120,36 @@ impl Lease {
     }
 
     /// How often [`renew`](Lease::renew) should be called while the work
-    /// runs: a third of the lease, so two renewals may fail before it lapses.
+    /// runs: a third of the lease, so two renewals may fail before it lapses
+    /// (never below [`clamp::SHORTEST`](crate::clamp::SHORTEST)).
     pub fn heartbeat_interval(&self) -> Duration {
-        self.lease / 3
+        crate::clamp::heartbeat(self.lease)
+    }
+
+    /// Runs `work` while renewing this lease, both polled in the calling
+    /// task, so no spawned task can outlive the call (and a dropped call
+    /// stops both). This is the loop [`Idempotent::execute`](crate::Idempotent::execute)
+    /// uses; a framework built on [`begin`](crate::Idempotent::begin) calls
+    /// it too.
+    ///
+    /// If a renewal finds the lease lost (it lapsed and another caller took
+    /// the key over), the work is still finished — stopping it halfway
+    /// could leave its side effect half done — and the result says so:
+    /// its outcome must then not be recorded (recording would fail with
+    /// [`Error::LeaseLost`] anyway).
+    pub async fn run<F: Future>(&self, work: F) -> Ran<F::Output> {
+        let mut work = pin!(work);
+        let heartbeat = self.heartbeat();
+        let mut heartbeat = pin!(heartbeat);
+        tokio::select! {
+            biased;
+            output = &mut work => Ran { output, lease_lost: false },
+            () = &mut heartbeat => {
+                tracing::warn!(key = %self.key,
+                    "lease lost while the work ran; its outcome will not be recorded");
+                Ran { output: work.await, lease_lost: true }
+            }
+        }
     }
 
     /// Extends the lease by its full length from now.
@@ -161,7 +201,7 @@ impl Lease {
     /// in the store is logged and tried again at the next beat: the lease
     /// still has two thirds of its length to run.
     pub async fn heartbeat(&self) {
-        let every = self.heartbeat_interval().max(Duration::from_millis(1));
+        let every = self.heartbeat_interval();
         loop {
             tokio::time::sleep(every).await;
             match self.renew().await {

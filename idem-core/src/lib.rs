@@ -30,7 +30,12 @@
 //! A [`Key`] is a namespace, a scope (the tenant or principal, `""` when
 //! there is none) and the client key (1–255 visible ASCII characters). A
 //! [`Fingerprint`] is a SHA-256 of what the request means; for JSON bodies
-//! it is taken over a canonical form, so field order never matters.
+//! it is taken over a canonical form, so field order never matters. Every
+//! fingerprint carries the number of its *scheme* (how it was computed),
+//! and stores keep it with the record: a caller that changes how it
+//! fingerprints requests numbers the new way, sends the old fingerprint
+//! along ([`Fingerprint::also_matching`]), and records made the old way
+//! keep replaying (see [Schemes](Fingerprint#schemes)).
 //!
 //! ```text
 //!             claim                    complete(token)
@@ -180,6 +185,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod canonical;
+pub mod clamp;
 mod error;
 mod fingerprint;
 mod idempotent;
@@ -187,7 +194,7 @@ mod idempotent;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::fingerprint::canonical_forms;
+    pub use crate::canonical::canonical_forms;
 }
 mod key;
 mod lease;
@@ -197,12 +204,12 @@ mod record;
 mod store;
 
 pub use error::{Error, When};
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{Fingerprint, Fingerprints};
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
-pub use key::{validate_client_key, Key, KeyError, MAX_KEY_LEN, MAX_SCOPE_LEN};
-pub use lease::{Begin, Lease, Replay};
+pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOPE_LEN};
+pub use lease::{Begin, Lease, Ran, Replay};
 pub use memory::MemoryStore;
-pub use record::{NewRecord, Record, State, Token};
+pub use record::{NewRecord, ParseError, Record, State, Token};
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
 
 /// The README's examples, compiled and run as doctests.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::{Fingerprint, Record, State, Token};
+use crate::{Fingerprints, Record, State, Token};
 
 /// What to do about a live record found under the key.
 #[derive(Debug, PartialEq, Eq)]
@@ -19,9 +19,11 @@ pub(crate) enum Decision {
 
 /// Decides, in the order the design fixes: the fingerprint before the state
 /// (a different request under an in-flight key is a mismatch, not a
-/// conflict), then the lease, then the recorded outcome.
-pub(crate) fn decide(record: &Record, fingerprint: &Fingerprint) -> Decision {
-    if record.fingerprint != *fingerprint {
+/// conflict), then the lease, then the recorded outcome. The record's
+/// fingerprint is compared with the request's fingerprint of the same
+/// scheme, so records made under an older scheme keep matching.
+pub(crate) fn decide(record: &Record, fingerprints: &Fingerprints) -> Decision {
+    if !fingerprints.matches(&record.fingerprint) {
         return Decision::Mismatch;
     }
     match record.state {
@@ -34,6 +36,7 @@ pub(crate) fn decide(record: &Record, fingerprint: &Fingerprint) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Fingerprint;
 
     fn record(state: State, lease: Option<u64>) -> Record {
         Record {
@@ -50,14 +53,14 @@ mod tests {
     fn mismatch_wins_over_in_progress() {
         let other = Fingerprint::of_bytes(b"b");
         assert_eq!(
-            decide(&record(State::InFlight, Some(500)), &other),
+            decide(&record(State::InFlight, Some(500)), &other.into()),
             Decision::Mismatch
         );
     }
 
     #[test]
     fn each_state_has_its_decision() {
-        let same = Fingerprint::of_bytes(b"a");
+        let same = Fingerprint::of_bytes(b"a").into();
         assert_eq!(
             decide(&record(State::InFlight, Some(500)), &same),
             Decision::InProgress(Duration::from_millis(500))
@@ -73,6 +76,20 @@ mod tests {
         assert_eq!(
             decide(&record(State::Failed, None), &same),
             Decision::Replay
+        );
+    }
+
+    #[test]
+    fn an_older_scheme_record_is_decided_by_its_own_scheme() {
+        let newer = Fingerprint::of_bytes(b"canonical").with_scheme(2);
+        let request = newer.also_matching(Fingerprint::of_bytes(b"a"));
+        assert_eq!(
+            decide(&record(State::Completed, None), &request),
+            Decision::Replay
+        );
+        assert_eq!(
+            decide(&record(State::Completed, None), &newer.into()),
+            Decision::Mismatch
         );
     }
 }

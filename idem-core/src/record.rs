@@ -28,6 +28,17 @@ impl Token {
     }
 }
 
+impl TryFrom<&[u8]> for Token {
+    type Error = ParseError;
+
+    /// Reads the 16 token bytes a store kept.
+    fn try_from(bytes: &[u8]) -> Result<Token, ParseError> {
+        <[u8; 16]>::try_from(bytes)
+            .map(Token)
+            .map_err(|_| ParseError::TokenLength(bytes.len()))
+    }
+}
+
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Token({self})")
@@ -82,6 +93,39 @@ impl State {
     }
 }
 
+impl TryFrom<u8> for State {
+    type Error = ParseError;
+
+    /// Reads the code written by [`State::as_u8`].
+    fn try_from(code: u8) -> Result<State, ParseError> {
+        State::from_u8(code).ok_or(ParseError::StateCode(code))
+    }
+}
+
+/// Why bytes read back from a store are not a [`Token`], a [`Fingerprint`]
+/// or a [`State`]. A store reports it as a corrupt record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// A token is 16 bytes.
+    #[error("a token is 16 bytes, not {0}")]
+    TokenLength(usize),
+    /// A stored fingerprint is 32 bytes (scheme 1) or 33 (a scheme byte and
+    /// the digest).
+    #[error("a stored fingerprint is 32 or 33 bytes, not {0}")]
+    FingerprintLength(usize),
+    /// A stored fingerprint names a scheme that cannot exist.
+    #[error("fingerprint scheme {0} does not exist")]
+    FingerprintScheme(u8),
+    /// A scheme-1 fingerprint is stored in 32 bytes, without its scheme
+    /// byte; read from 33 it would not be written back as it was.
+    #[error("a scheme-1 fingerprint is stored in 32 bytes, not with its scheme byte")]
+    FirstSchemeWithByte,
+    /// A state code is 0, 1 or 2.
+    #[error("state code {0} is not 0 (in flight), 1 (completed) or 2 (failed)")]
+    StateCode(u8),
+}
+
 /// What a store is asked to write. Durations, not deadlines: the store turns
 /// them into deadlines on its own clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,5 +171,24 @@ impl Record {
     /// its key may be taken over.
     pub fn lease_lapsed(&self) -> bool {
         self.state == State::InFlight && self.lease_remaining.is_none_or(|left| left.is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_and_states_read_back_or_say_why_not() {
+        let token = Token::random();
+        assert_eq!(Token::try_from(&token.as_bytes()[..]), Ok(token));
+        assert_eq!(
+            Token::try_from(&[1u8; 15][..]),
+            Err(ParseError::TokenLength(15))
+        );
+        for state in [State::InFlight, State::Completed, State::Failed] {
+            assert_eq!(State::try_from(state.as_u8()), Ok(state));
+        }
+        assert_eq!(State::try_from(3), Err(ParseError::StateCode(3)));
     }
 }

@@ -12,9 +12,10 @@ use crate::input::{Reader, Writer};
 /// Records of every state and shape, as the stores are asked to write them.
 fn samples() -> Vec<NewRecord<'static>> {
     const LONG: &[u8] = &[0xab; 300];
-    let record = |state, payload, lease, retention| NewRecord {
+    let record = |state, payload: &'static [u8], lease, retention| NewRecord {
         token: Token::from_bytes([0x5a; 16]),
-        fingerprint: Fingerprint::of_bytes(payload),
+        // Every other record has a fingerprint of a later scheme.
+        fingerprint: Fingerprint::of_bytes(payload).with_scheme(1 + payload.len() as u8 % 2),
         state,
         payload,
         lease,
@@ -82,15 +83,16 @@ pub fn redis_record(data: &[u8]) {
         retention: Duration::from_millis(retention_ms),
     });
     assert_eq!(expiry, retention_ms);
+    let head = 18 + record.fingerprint.stored().len();
     let offset = (record.state == State::InFlight).then(|| {
-        let stored: [u8; 8] = value[50..58].try_into().expect("an in-flight head");
+        let stored: [u8; 8] = value[head..head + 8].try_into().expect("an in-flight head");
         u64::from_be_bytes(stored)
     });
     match offset {
         Some(offset) if offset > retention_ms => {
             assert_eq!(record.lease_remaining, Some(Duration::ZERO));
-            assert_eq!(encoded[..50], value[..50]);
-            assert_eq!(encoded[58..], value[58..]);
+            assert_eq!(encoded[..head], value[..head]);
+            assert_eq!(encoded[head + 8..], value[head + 8..]);
         }
         _ => assert_eq!(encoded, value, "{record:?}"),
     }
@@ -163,7 +165,7 @@ pub fn postgres_row(data: &[u8]) {
     assert_well_formed(&record);
     let micros = |left: Duration| i64::try_from(left.as_micros()).expect("read from an i64");
     assert_eq!(record.token.as_bytes(), token);
-    assert_eq!(record.fingerprint.as_bytes(), fingerprint);
+    assert_eq!(record.fingerprint.stored(), fingerprint);
     assert_eq!(i16::from(record.state.as_u8()), state);
     assert_eq!(record.payload, payload);
     assert_eq!(micros(record.retention_remaining), retain_left);
@@ -182,7 +184,7 @@ pub(crate) fn postgres_seeds() -> Vec<Vec<u8>> {
             let mut input = Writer::default();
             input
                 .short(record.token.as_bytes())
-                .short(record.fingerprint.as_bytes())
+                .short(record.fingerprint.stored())
                 .put(&i16::from(record.state.as_u8()).to_be_bytes())
                 .long(record.payload)
                 .put(&[u8::from(record.lease.is_some())])
@@ -270,7 +272,7 @@ fn check_sqlite(record: &Record, stored: &[Value], now: i64) {
     };
     let encoded = [
         Value::Blob(record.token.as_bytes().to_vec()),
-        Value::Blob(record.fingerprint.as_bytes().to_vec()),
+        Value::Blob(record.fingerprint.stored().to_vec()),
         Value::Integer(record.state.as_u8().into()),
         Value::Blob(record.payload.clone()),
     ];

@@ -27,7 +27,7 @@ fn payload(headers: &[(&[u8], &[u8])]) -> Vec<u8> {
 #[test]
 fn a_stored_response_decodes_only_as_the_encoder_writes_it() {
     let refused = |headers: &[(&[u8], &[u8])], why: &str| {
-        let error = idem_tower::fuzzing::stored_response(&payload(headers)).unwrap_err();
+        let error = idem_http::stored::decode(&payload(headers)).unwrap_err();
         assert!(error.to_string().contains(why), "{error}");
     };
     refused(&[(b"X-Request-Id", b"1")], "lowercase");
@@ -39,10 +39,7 @@ fn a_stored_response_decodes_only_as_the_encoder_writes_it() {
         "apart",
     );
     let kept: &[(&[u8], &[u8])] = &[(b"vary", b"accept"), (b"vary", b"origin"), (b"etag", b"1")];
-    assert_eq!(
-        idem_tower::fuzzing::stored_response(&payload(kept)).unwrap(),
-        payload(kept)
-    );
+    assert!(idem_http::stored::decode(&payload(kept)).is_ok());
     // The target itself holds on each.
     stored_response(&payload(&[(b"X-Request-Id", b"1")]));
 }
@@ -88,4 +85,25 @@ fn a_sqlite_record_has_a_lease_exactly_when_in_flight() {
     row.push(1);
     row.extend(2000i64.to_be_bytes());
     sqlite_row(&row);
+}
+
+/// A 33-byte stored fingerprint whose scheme byte is 1 read as the scheme-1
+/// fingerprint, which is stored in 32 bytes: two stored forms for one
+/// fingerprint, so the record did not re-encode as it was read.
+#[test]
+fn a_scheme_one_fingerprint_has_one_stored_form() {
+    let mut long = vec![1u8];
+    long.extend([9; 32]);
+    assert_eq!(
+        idem_core::Fingerprint::try_from(&long[..]),
+        Err(idem_core::ParseError::FirstSchemeWithByte)
+    );
+    let mut row = vec![16];
+    row.extend([7; 16]);
+    row.push(33);
+    row.extend(&long);
+    row.extend([0, 1, 0, 0, 0]);
+    row.extend(0i64.to_be_bytes());
+    row.extend(1000i64.to_be_bytes());
+    idem_fuzz::postgres_row(&row);
 }

@@ -46,17 +46,10 @@ pub(crate) fn columns(
     lease_left: Option<i64>,
     retain_left: i64,
 ) -> Result<Record, StoreError> {
-    let token = Token::from_bytes(
-        token
-            .try_into()
-            .map_err(|_| corrupt(format!("token is {} bytes instead of 16", token.len())))?,
-    );
-    let fingerprint = Fingerprint::from_bytes(fingerprint.try_into().map_err(|_| {
-        corrupt(format!(
-            "fingerprint is {} bytes instead of 32",
-            fingerprint.len()
-        ))
-    })?);
+    let token = Token::try_from(token).map_err(|e| corrupt(e.to_string()))?;
+    // 32 bytes are a scheme-1 fingerprint, as every row written before
+    // schemes existed holds; later schemes add their number in front.
+    let fingerprint = Fingerprint::try_from(fingerprint).map_err(|e| corrupt(e.to_string()))?;
     let state = u8::try_from(code)
         .ok()
         .and_then(State::from_u8)

@@ -155,7 +155,7 @@ fn bind_record<'q>(
 ) -> Query<'q, Postgres, PgArguments> {
     query
         .bind(&record.token.as_bytes()[..])
-        .bind(&record.fingerprint.as_bytes()[..])
+        .bind(record.fingerprint.stored())
         .bind(i16::from(record.state.as_u8()))
         .bind(record.payload)
         .bind(record.lease.map(interval))

@@ -2,12 +2,17 @@
 //!
 //! | bytes | what |
 //! |---|---|
-//! | 1 | layout version, `1` |
+//! | 1 | layout version: `1`, or `2` for a fingerprint of a scheme after 1 |
 //! | 1 | state: `0` in flight, `1` completed, `2` failed |
 //! | 16 | the owner's token |
-//! | 32 | the request's fingerprint |
+//! | 32 (v1) or 33 (v2) | the request's fingerprint, in [`Fingerprint::stored`] form: v2 puts its scheme byte before the digest |
 //! | 8 | in flight only: the lease deadline, as milliseconds before the key's expiry, big-endian |
 //! | rest | the payload |
+//!
+//! A record whose fingerprint is scheme 1 is written in layout 1, byte for
+//! byte as before fingerprints had schemes, so records written by earlier
+//! builds replay and earlier builds still read what this one writes; only
+//! a later scheme needs layout 2.
 //!
 //! Both deadlines live on the server's clock. Retention is the key's own
 //! expiry, set by the server from a duration (`PX`); the lease deadline is
@@ -28,24 +33,46 @@ use std::fmt;
 use std::io::Write;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, NewRecord, Record, State, StoreError, Token};
+use idem_core::{Fingerprint, NewRecord, ParseError, Record, State, StoreError, Token};
 use redis::{RedisWrite, ToRedisArgs};
 
 pub(crate) const BACKEND: &str = "redis";
 
-/// The layout version this build writes and reads.
+/// The layout of a record with a scheme-1 fingerprint (every record
+/// written before fingerprints had schemes).
 pub(crate) const VERSION: u8 = 1;
 
-/// Version, state, token and fingerprint.
-pub(crate) const HEAD: usize = 1 + 1 + 16 + 32;
+/// The layout of a record with a fingerprint of a later scheme.
+pub(crate) const VERSION_SCHEMED: u8 = 2;
 
-const LEASE_OFFSET: usize = 8;
+/// The token's bytes in a value: the same in both layouts.
+pub(crate) const TOKEN: std::ops::Range<usize> = 2..18;
+
+/// Version, state, token and a scheme-1 fingerprint: layout 1's head.
+pub(crate) const HEAD: usize = TOKEN.end + 32;
+
+/// Layout 2's head: the fingerprint has its scheme byte in front.
+pub(crate) const HEAD_SCHEMED: usize = TOKEN.end + 33;
+
+/// The in-flight lease deadline, after the head.
+pub(crate) const LEASE_OFFSET: usize = 8;
+
+/// The head length of a layout version, `None` for a version this build
+/// does not read.
+pub(crate) const fn head_len(version: u8) -> Option<usize> {
+    match version {
+        VERSION => Some(HEAD),
+        VERSION_SCHEMED => Some(HEAD_SCHEMED),
+        _ => None,
+    }
+}
 
 /// A record as written: its value (one argument, assembled in the
 /// command's buffer) and its retention in whole milliseconds.
 #[derive(Debug)]
 pub(crate) struct Encoded<'a> {
-    head: [u8; HEAD],
+    head: [u8; HEAD_SCHEMED],
+    head_len: usize,
     lease_offset: Option<u64>,
     payload: &'a [u8],
     /// The key's expiry, for `PX`: never zero, which Redis refuses.
@@ -54,11 +81,17 @@ pub(crate) struct Encoded<'a> {
 
 impl<'a> Encoded<'a> {
     pub(crate) fn new(record: &NewRecord<'a>) -> Encoded<'a> {
-        let mut head = [0; HEAD];
-        head[0] = VERSION;
+        let fingerprint = record.fingerprint.stored();
+        let mut head = [0; HEAD_SCHEMED];
+        let head_len = TOKEN.end + fingerprint.len();
+        head[0] = if head_len == HEAD {
+            VERSION
+        } else {
+            VERSION_SCHEMED
+        };
         head[1] = record.state.as_u8();
-        head[2..18].copy_from_slice(record.token.as_bytes());
-        head[18..].copy_from_slice(record.fingerprint.as_bytes());
+        head[TOKEN].copy_from_slice(record.token.as_bytes());
+        head[TOKEN.end..head_len].copy_from_slice(fingerprint);
         let retention_ms = millis(record.retention).max(1);
         // In flight without a lease is a lease that has already lapsed; a
         // lease longer than the retention ends with the record.
@@ -68,6 +101,7 @@ impl<'a> Encoded<'a> {
         });
         Encoded {
             head,
+            head_len,
             lease_offset,
             payload: record.payload,
             retention_ms,
@@ -78,7 +112,7 @@ impl<'a> Encoded<'a> {
 impl Encoded<'_> {
     /// The value's length in bytes.
     pub(crate) fn len(&self) -> usize {
-        HEAD + self.lease_offset.map_or(0, |_| LEASE_OFFSET) + self.payload.len()
+        self.head_len + self.lease_offset.map_or(0, |_| LEASE_OFFSET) + self.payload.len()
     }
 }
 
@@ -88,7 +122,7 @@ impl ToRedisArgs for Encoded<'_> {
         let offset = self.lease_offset.map(u64::to_be_bytes);
         // Writing into the command's own buffer cannot fail.
         let _ = arg
-            .write_all(&self.head)
+            .write_all(&self.head[..self.head_len])
             .and_then(|()| arg.write_all(offset.as_ref().map_or(&[][..], |o| &o[..])))
             .and_then(|()| arg.write_all(self.payload));
     }
@@ -113,17 +147,20 @@ pub(crate) fn decode(key: &[u8], value: Vec<u8>, pttl: i64) -> Result<Record, St
             need: HEAD,
         }));
     }
-    if value[0] != VERSION {
-        return Err(corrupt(Problem::Version(value[0])));
+    let head = head_len(value[0]).ok_or_else(|| corrupt(Problem::Version(value[0])))?;
+    if value.len() < head {
+        return Err(corrupt(Problem::Truncated {
+            len: value.len(),
+            need: head,
+        }));
     }
     let state = State::from_u8(value[1]).ok_or_else(|| corrupt(Problem::State(value[1])))?;
-    let mut token = [0; 16];
-    token.copy_from_slice(&value[2..18]);
-    let mut fingerprint = [0; 32];
-    fingerprint.copy_from_slice(&value[18..HEAD]);
+    let token = Token::try_from(&value[TOKEN]).map_err(|e| corrupt(Problem::Parse(e)))?;
+    let fingerprint =
+        Fingerprint::try_from(&value[TOKEN.end..head]).map_err(|e| corrupt(Problem::Parse(e)))?;
     let (lease_remaining, payload_start) = match state {
         State::InFlight => {
-            let need = HEAD + LEASE_OFFSET;
+            let need = head + LEASE_OFFSET;
             if value.len() < need {
                 return Err(corrupt(Problem::Truncated {
                     len: value.len(),
@@ -131,17 +168,17 @@ pub(crate) fn decode(key: &[u8], value: Vec<u8>, pttl: i64) -> Result<Record, St
                 }));
             }
             let mut offset = [0; LEASE_OFFSET];
-            offset.copy_from_slice(&value[HEAD..need]);
+            offset.copy_from_slice(&value[head..need]);
             let offset = i64::try_from(u64::from_be_bytes(offset)).unwrap_or(i64::MAX);
             (Some(non_negative(pttl.saturating_sub(offset))), need)
         }
-        State::Completed | State::Failed => (None, HEAD),
+        State::Completed | State::Failed => (None, head),
     };
     let mut payload = value;
     payload.drain(..payload_start);
     Ok(Record {
-        token: Token::from_bytes(token),
-        fingerprint: Fingerprint::from_bytes(fingerprint),
+        token,
+        fingerprint,
         state,
         payload,
         lease_remaining,
@@ -200,6 +237,7 @@ enum Problem {
     Truncated { len: usize, need: usize },
     Version(u8),
     State(u8),
+    Parse(ParseError),
     Refused,
     WrongType(String),
 }
@@ -214,8 +252,9 @@ impl fmt::Display for CorruptRecord {
             ),
             Problem::Version(v) => write!(
                 f,
-                "has record layout version {v}; this build reads version {VERSION}"
+                "has record layout version {v}; this build reads versions {VERSION} and {VERSION_SCHEMED}"
             ),
+            Problem::Parse(e) => write!(f, "is not a record: {e}"),
             Problem::State(s) => write!(f, "has unknown state byte {s}"),
             Problem::Refused => write!(f, "was refused by the store's script as not a record"),
             Problem::WrongType(e) => write!(f, "is not a Redis string ({e})"),

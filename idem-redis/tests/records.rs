@@ -51,9 +51,10 @@ fn garbage() -> Vec<(&'static str, Vec<u8>)> {
         ("text", b"garbage".to_vec()),
         (
             "a future layout version",
-            [head(2, 1), b"{}".to_vec()].concat(),
+            [head(3, 1), b"{}".to_vec()].concat(),
         ),
         ("a truncated header", head(1, 1)[..30].to_vec()),
+        ("a truncated layout-2 header", head(2, 1)),
         ("an unknown state", head(1, 9)),
         (
             "in flight without its lease deadline",

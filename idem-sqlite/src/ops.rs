@@ -170,7 +170,7 @@ impl Op {
                 let claimed = conn.prepare_cached(CLAIM)?.execute(params![
                     key,
                     record.token.as_bytes(),
-                    record.fingerprint.as_bytes(),
+                    record.fingerprint.stored(),
                     record.state.as_u8(),
                     record.payload,
                     record.lease.map(|lease| after(now, lease)),
@@ -196,7 +196,7 @@ impl Op {
                 let sql = if *take_over { TAKE_OVER } else { SWAP };
                 let changed = conn.prepare_cached(sql)?.execute(params![
                     record.token.as_bytes(),
-                    record.fingerprint.as_bytes(),
+                    record.fingerprint.stored(),
                     record.state.as_u8(),
                     record.payload,
                     record.lease.map(|lease| after(now, lease)),
@@ -286,17 +286,16 @@ fn decode(row: &Row<'_>, now: i64) -> Result<Record, String> {
     let lease_until: Option<i64> = row.get(4).map_err(column)?;
     let retain_until: i64 = row.get(5).map_err(column)?;
 
-    let token = <[u8; 16]>::try_from(token.as_slice())
-        .map_err(|_| format!("has a token of {} bytes, not 16", token.len()))?;
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
-        .map_err(|_| format!("has a fingerprint of {} bytes, not 32", fingerprint.len()))?;
+    let bad = |error: idem_core::ParseError| format!("is not a record: {error}");
+    let token = Token::try_from(token.as_slice()).map_err(bad)?;
+    let fingerprint = Fingerprint::try_from(fingerprint.as_slice()).map_err(bad)?;
     let state = u8::try_from(state)
         .ok()
         .and_then(State::from_u8)
         .ok_or_else(|| format!("has state code {state}, which is no known state"))?;
     Ok(Record {
-        token: Token::from_bytes(token),
-        fingerprint: Fingerprint::from_bytes(fingerprint),
+        token,
+        fingerprint,
         state,
         payload,
         // A lease only in flight, where a missing deadline has lapsed, as

@@ -4,13 +4,14 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
+use idem_http::Collected;
 
 /// The error type bodies are boxed with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = idem_http::BoxError;
 
 /// Declares a boxed body newtype: one per direction, so that neither type
 /// names the boxed error in a generic position (which trips rustc's
@@ -73,13 +74,13 @@ boxed_body! {
 }
 
 /// Bytes already read, then the rest of the body they came from.
-pub(crate) struct Prefixed {
+struct Prefixed {
     prefix: Option<Bytes>,
     rest: ResponseBody,
 }
 
 impl Prefixed {
-    pub(crate) fn new(prefix: Bytes, rest: ResponseBody) -> Prefixed {
+    fn new(prefix: Bytes, rest: ResponseBody) -> Prefixed {
         Prefixed {
             prefix: Some(prefix),
             rest,
@@ -113,5 +114,31 @@ impl Body for Prefixed {
             hint.set_upper(upper + extra);
         }
         hint
+    }
+}
+
+impl idem_http::ResponseBody for ResponseBody {
+    async fn collect(mut self, limit: usize) -> Collected<Self> {
+        let mut read = BytesMut::new();
+        if self.size_hint().lower() > limit as u64 {
+            return Collected::TooLarge(self);
+        }
+        while let Some(frame) = self.frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        read.extend_from_slice(&data);
+                        if read.len() > limit {
+                            let prefix = read.freeze();
+                            return Collected::TooLarge(ResponseBody::new(Prefixed::new(
+                                prefix, self,
+                            )));
+                        }
+                    }
+                }
+                Err(error) => return Collected::Failed(error),
+            }
+        }
+        Collected::Whole(read.freeze())
     }
 }

@@ -7,17 +7,12 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{HeaderName, Method};
 use idem_core::{Idempotent, Store};
+use idem_http::Options;
 use tower_layer::Layer;
 
 use crate::IdempotencyService;
 
 type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
-
-/// The default limit on request and recorded response bodies: 1 MiB.
-const DEFAULT_MAX_BODY: usize = 1024 * 1024;
-
-/// The default bound on one store call.
-const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Makes `POST` and `PATCH` handlers safe to retry with an
 /// `Idempotency-Key` header: the handler runs at most once per key and
@@ -66,10 +61,13 @@ const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// # What is recorded
 ///
-/// The fingerprint is [`idem_core::Fingerprint::of_parts`] over the method,
-/// the path and query, the `Content-Type` value (several lines joined with
-/// `, `) and the body bytes, in that order. Apply the layer to the outermost router: a nested router sees a
-/// shortened path.
+/// The fingerprint is [`idem_http::fingerprint`]: the method, the path and
+/// query, the `Content-Type` value and the body; a JSON body
+/// (`application/json` or `+json`) counts in its canonical form, so a retry
+/// that re-serialises it with another field order or whitespace is the same
+/// request. Records written before that change (raw body bytes) keep
+/// replaying. Apply the layer to the outermost router: a nested router sees
+/// a shortened path.
 ///
 /// Responses with status 200–499 are recorded before they are sent; 5xx
 /// responses, handler errors and 1xx responses release the key so a retry
@@ -108,33 +106,18 @@ pub struct IdempotencyLayer {
     config: Arc<Config>,
 }
 
+/// The protocol's options and the tower-typed scope extractor.
 #[derive(Clone)]
 pub(crate) struct Config {
-    pub(crate) idem: Idempotent,
-    pub(crate) header: HeaderName,
-    pub(crate) require_key: bool,
-    pub(crate) methods: Vec<Method>,
+    pub(crate) options: Options,
     pub(crate) scope: Option<Arc<ScopeFn>>,
-    pub(crate) max_request_body: usize,
-    pub(crate) max_response_body: usize,
-    pub(crate) record_server_errors: bool,
-    pub(crate) fail_open: bool,
-    pub(crate) store_timeout: Duration,
 }
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("idem", &self.idem)
-            .field("header", &self.header)
-            .field("require_key", &self.require_key)
-            .field("methods", &self.methods)
+            .field("options", &self.options)
             .field("scope", &self.scope.as_ref().map(|_| "Fn(&Parts)"))
-            .field("max_request_body", &self.max_request_body)
-            .field("max_response_body", &self.max_response_body)
-            .field("record_server_errors", &self.record_server_errors)
-            .field("fail_open", &self.fail_open)
-            .field("store_timeout", &self.store_timeout)
             .finish()
     }
 }
@@ -158,86 +141,85 @@ impl IdempotencyLayer {
     /// namespace are already set. Its scope is kept unless
     /// [`with_scope`](Self::with_scope) is set.
     pub fn from_idempotent(idem: Idempotent) -> Self {
+        IdempotencyLayer::from_options(Options::from_idempotent(idem))
+    }
+
+    /// Protects handlers with the protocol's [`Options`], as another
+    /// adapter would be set up.
+    pub fn from_options(options: Options) -> Self {
         IdempotencyLayer {
             config: Arc::new(Config {
-                idem,
-                header: HeaderName::from_static("idempotency-key"),
-                require_key: false,
-                methods: vec![Method::POST, Method::PATCH],
+                options,
                 scope: None,
-                max_request_body: DEFAULT_MAX_BODY,
-                max_response_body: DEFAULT_MAX_BODY,
-                record_server_errors: false,
-                fail_open: false,
-                store_timeout: DEFAULT_STORE_TIMEOUT,
             }),
         }
     }
 
-    fn set(mut self, change: impl FnOnce(&mut Config)) -> Self {
-        change(Arc::make_mut(&mut self.config));
+    fn set(mut self, change: impl FnOnce(Options) -> Options) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.options = change(config.options.clone());
         self
     }
 
     /// Reads the key from this header instead of `Idempotency-Key`.
     pub fn with_header_name(self, name: HeaderName) -> Self {
-        self.set(|c| c.header = name)
+        self.set(|o| o.with_header_name(name))
     }
 
     /// Whether a protected request without a key is refused with 400
     /// (`true`) or passed through unprotected (`false`, the default).
     pub fn require_key(self, required: bool) -> Self {
-        self.set(|c| c.require_key = required)
+        self.set(|o| o.require_key(required))
     }
 
     /// The methods to protect, replacing the default `POST` and `PATCH`.
     pub fn with_methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
-        let methods = methods.into_iter().collect();
-        self.set(|c| c.methods = methods)
+        self.set(|o| o.with_methods(methods))
     }
 
     /// Gives each tenant or principal its own keys: `f` reads the scope from
     /// the request (say, an authenticated user id placed in the extensions
     /// by an outer layer); `None` means the shared scope `""`. A scope over
     /// 255 bytes or with a control character is refused with 400.
-    pub fn with_scope<F>(self, f: F) -> Self
+    pub fn with_scope<F>(mut self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
-        self.set(|c| c.scope = Some(Arc::new(f)))
+        Arc::make_mut(&mut self.config).scope = Some(Arc::new(f));
+        self
     }
 
     /// The largest request body a protected request may carry, in bytes;
     /// larger ones get 413. Default 1 MiB.
     pub fn with_max_request_body(self, bytes: usize) -> Self {
-        self.set(|c| c.max_request_body = bytes)
+        self.set(|o| o.with_max_request_body(bytes))
     }
 
     /// The largest response body that is recorded for replay, in bytes.
     /// A larger one still reaches its client, and the key is marked as
     /// executed without a replayable response. Default 1 MiB.
     pub fn with_max_response_body(self, bytes: usize) -> Self {
-        self.set(|c| c.max_response_body = bytes)
+        self.set(|o| o.with_max_response_body(bytes))
     }
 
     /// Whether 5xx responses are recorded and replayed (`true`) or release
     /// the key so that a retry runs the handler again (`false`, the
     /// default).
     pub fn record_server_errors(self, record: bool) -> Self {
-        self.set(|c| c.record_server_errors = record)
+        self.set(|o| o.record_server_errors(record))
     }
 
     /// Whether a store failure lets the request through to the handler
     /// without idempotency (`true`) or answers 503 (`false`, the default).
     /// Either way the failure is logged.
     pub fn fail_open(self, open: bool) -> Self {
-        self.set(|c| c.fail_open = open)
+        self.set(|o| o.fail_open(open))
     }
 
     /// The longest one store call may take before it counts as a store
     /// failure, so that a hung backend cannot hang requests. Default 5 s.
     pub fn with_store_timeout(self, timeout: Duration) -> Self {
-        self.set(|c| c.store_timeout = timeout)
+        self.set(|o| o.with_store_timeout(timeout))
     }
 }
 

@@ -24,15 +24,10 @@
 #![forbid(unsafe_code)]
 
 mod body;
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzzing;
 mod layer;
-mod problem;
-mod request;
-mod response;
 mod service;
 
 pub use body::{BoxError, RequestBody, ResponseBody};
+pub use idem_http::Options;
 pub use layer::IdempotencyLayer;
 pub use service::{IdempotencyService, ResponseFuture};

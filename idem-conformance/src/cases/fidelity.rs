@@ -143,6 +143,51 @@ pub async fn tokens_and_fingerprints_round_trip(factory: &dyn Factory) {
     }
 }
 
+/// A fingerprint's scheme round-trips with its digest through every
+/// transition, so a record made under an older scheme is still told apart.
+pub async fn fingerprint_schemes_round_trip(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    for (n, scheme) in [1u8, 2, 255].into_iter().enumerate() {
+        let key = key(&format!("scheme-{n}"));
+        let first = fp(9).with_scheme(scheme);
+        let owner = Token::random();
+        claim(
+            &*store,
+            &key,
+            &in_flight(owner, first, std::time::Duration::ZERO),
+        )
+        .await;
+        let record = live(&*store, &key).await;
+        assert_eq!(
+            (record.fingerprint, record.fingerprint.scheme()),
+            (first, scheme),
+            "a scheme-{scheme} fingerprint changed on its way through the store"
+        );
+        // A takeover and a completion write another scheme's fingerprint.
+        let next = fp(10).with_scheme(scheme.wrapping_add(1).max(1));
+        let taker = Token::random();
+        assert!(
+            ok(
+                store
+                    .take_over(&key, owner, &in_flight(taker, next, LONG))
+                    .await,
+                "take_over"
+            ),
+            "the takeover of a lapsed scheme-{scheme} record was refused"
+        );
+        let done = settled(taker, next, State::Completed, b"out", RETENTION);
+        assert!(ok(store.swap(&key, taker, &done).await, "swap"));
+        let record = live(&*store, &key).await;
+        assert_eq!(
+            (record.fingerprint, record.fingerprint.scheme()),
+            (next, next.scheme()),
+            "the fingerprint written by a takeover and a completion changed"
+        );
+        same_bytes(&record.payload, b"out", "the payload after a schemed write");
+    }
+}
+
 /// Client keys with every visible ASCII character are stored and kept
 /// apart.
 pub async fn keys_with_every_visible_ascii_character_are_kept_apart(factory: &dyn Factory) {

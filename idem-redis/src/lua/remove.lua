@@ -2,7 +2,7 @@
 -- token ARGV[1]. Returns as swap.lua does. A resent remove whose first
 -- attempt was applied finds nothing and returns 0; a release reported as
 -- lost is only logged by the caller.
-if state ~= 0 or string.sub(v, 3, 18) ~= ARGV[1] then
+if state ~= 0 or token ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', key)

@@ -5,7 +5,7 @@
 -- Returns 1 when replaced (or found already replaced by this very value),
 -- 0 when the key is absent or the record is not in flight under that token,
 -- and the value itself when it is not a record of this layout.
-if state ~= 0 or string.sub(v, 3, 18) ~= ARGV[3] then
+if state ~= 0 or token ~= ARGV[3] then
   -- A resent call (a cluster client resends after a timeout) whose first
   -- attempt was applied finds its own value, token included: that is a
   -- success, not a lost lease.

@@ -184,7 +184,7 @@ fn a_bad_row_fails_only_the_job_that_reads_it() {
     match &answers[1] {
         Err(failure @ Failure::BadRow(_)) => {
             assert!(
-                failure.to_string().contains("token of 1 bytes"),
+                failure.to_string().contains("a token is 16 bytes, not 1"),
                 "{failure}"
             )
         }

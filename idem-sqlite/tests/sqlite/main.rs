@@ -5,5 +5,6 @@ mod batching;
 mod contract;
 mod crash;
 mod files;
+mod legacy;
 mod locking;
 mod support;

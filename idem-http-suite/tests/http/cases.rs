@@ -3,17 +3,15 @@
 use std::collections::HashMap;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use idem_tower::IdempotencyLayer;
-use reqwest::header::HeaderMap;
-
-use crate::support::{on_every_backend, post, problem, raw, start, Backend};
-
-const BODY: &str = r#"{"amount":1250,"currency":"EUR"}"#;
+use idem_http_suite::{
+    eventually, on_every_adapter_and_backend, post, problem, raw, replayable, Adapter, Backend,
+    Scope, BODY,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_posts_with_one_key_run_the_handler_once() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let mut pending: FuturesUnordered<_> = (0..50)
             .map(|_| post(&client, &format!("{url}/gated"), Some("storm-1"), BODY).send())
@@ -51,20 +49,10 @@ async fn fifty_concurrent_posts_with_one_key_run_the_handler_once() {
     .await;
 }
 
-/// The headers a replay must repeat: all but the connection's own and the
-/// ones never recorded.
-fn replayable(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
-    headers
-        .iter()
-        .filter(|(name, _)| !["date", "set-cookie", "idempotent-replayed"].contains(&name.as_str()))
-        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_replay_is_byte_identical_and_marked_replayed() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         for path in ["/payments", "/binary"] {
             let send = || post(&client, &format!("{url}{path}"), Some(path), BODY).send();
@@ -83,8 +71,8 @@ async fn a_replay_is_byte_identical_and_marked_replayed() {
 
 #[tokio::test]
 async fn set_cookie_is_sent_to_the_first_caller_and_never_replayed() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, _) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, _) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let url = format!("{url}/payments");
         let first = post(&client, &url, Some("cookie"), BODY)
@@ -107,8 +95,8 @@ async fn set_cookie_is_sent_to_the_first_caller_and_never_replayed() {
 
 #[tokio::test]
 async fn quoted_and_bare_keys_name_the_same_request() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let url = format!("{url}/payments");
         let first = post(&client, &url, Some("\"order-7f3a\""), BODY)
@@ -128,8 +116,8 @@ async fn quoted_and_bare_keys_name_the_same_request() {
 
 #[tokio::test]
 async fn reusing_a_key_for_another_body_path_or_method_is_422() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let payments = format!("{url}/payments");
         let first = post(&client, &payments, Some("reused"), BODY)
@@ -170,13 +158,12 @@ async fn reusing_a_key_for_another_body_path_or_method_is_422() {
 
 #[tokio::test]
 async fn a_different_request_under_a_key_in_progress_is_422_not_409() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let gated = format!("{url}/gated");
         let running = tokio::spawn(post(&client, &gated, Some("busy"), BODY).send());
-        crate::support::eventually("the gated handler runs", || async { handlers.runs() == 1 })
-            .await;
+        eventually("the gated handler runs", || async { handlers.runs() == 1 }).await;
         let same = post(&client, &gated, Some("busy"), BODY)
             .send()
             .await
@@ -195,8 +182,8 @@ async fn a_different_request_under_a_key_in_progress_is_422_not_409() {
 
 #[tokio::test]
 async fn malformed_keys_are_400_and_run_nothing() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let url = format!("{url}/payments");
         let long = "k".repeat(256);
@@ -232,9 +219,9 @@ async fn malformed_keys_are_400_and_run_nothing() {
 
 #[tokio::test]
 async fn a_body_over_the_limit_is_413_with_or_without_content_length() {
-    on_every_backend(|backend: Backend| async move {
-        let layer = IdempotencyLayer::from_idempotent(backend.idem()).with_max_request_body(1024);
-        let (url, handlers) = start(layer).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let layer = backend.options().with_max_request_body(1024);
+        let (url, handlers) = adapter.start(layer).await;
         let client = reqwest::Client::new();
         let large = "x".repeat(2048);
         let sized = post(
@@ -272,12 +259,10 @@ async fn a_body_over_the_limit_is_413_with_or_without_content_length() {
 
 #[tokio::test]
 async fn tenants_with_the_same_key_and_body_each_run_once() {
-    on_every_backend(|backend: Backend| async move {
-        let layer = IdempotencyLayer::from_idempotent(backend.idem()).with_scope(|parts| {
-            let tenant = parts.headers.get("x-tenant")?;
-            tenant.to_str().ok().map(str::to_owned)
-        });
-        let (url, handlers) = start(layer).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter
+            .start_scoped(backend.options(), Scope::TenantHeader)
+            .await;
         let client = reqwest::Client::new();
         let url = format!("{url}/payments");
         let send = |tenant: &str| {
@@ -300,8 +285,8 @@ async fn tenants_with_the_same_key_and_body_each_run_once() {
 
 #[tokio::test]
 async fn a_request_without_a_key_passes_through_unless_keys_are_required() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         for _ in 0..2 {
             let response = post(&client, &format!("{url}/payments"), None, BODY)
@@ -313,8 +298,8 @@ async fn a_request_without_a_key_passes_through_unless_keys_are_required() {
         }
         assert_eq!(handlers.runs(), 2);
 
-        let strict = IdempotencyLayer::from_idempotent(backend.idem()).require_key(true);
-        let (url, handlers) = start(strict).await;
+        let strict = backend.options().require_key(true);
+        let (url, handlers) = adapter.start(strict).await;
         let response = post(&client, &format!("{url}/payments"), None, BODY)
             .send()
             .await
@@ -327,9 +312,8 @@ async fn a_request_without_a_key_passes_through_unless_keys_are_required() {
 
 #[tokio::test]
 async fn get_passes_through_with_or_without_a_key() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) =
-            start(IdempotencyLayer::from_idempotent(backend.idem()).require_key(true)).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options().require_key(true)).await;
         let client = reqwest::Client::new();
         post(&client, &format!("{url}/payments"), Some("g"), BODY)
             .send()
@@ -351,8 +335,8 @@ async fn get_passes_through_with_or_without_a_key() {
 
 #[tokio::test]
 async fn server_errors_release_the_key_by_default() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let send = || post(&client, &format!("{url}/flaky"), Some("flaky"), BODY).send();
         assert_eq!(send().await.unwrap().status(), 503);
@@ -369,9 +353,9 @@ async fn server_errors_release_the_key_by_default() {
 
 #[tokio::test]
 async fn server_errors_are_replayed_when_the_layer_records_them() {
-    on_every_backend(|backend: Backend| async move {
-        let layer = IdempotencyLayer::from_idempotent(backend.idem()).record_server_errors(true);
-        let (url, handlers) = start(layer).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let layer = backend.options().record_server_errors(true);
+        let (url, handlers) = adapter.start(layer).await;
         let client = reqwest::Client::new();
         let send = || post(&client, &format!("{url}/flaky"), Some("flaky"), BODY).send();
         assert_eq!(send().await.unwrap().status(), 503);
@@ -380,6 +364,55 @@ async fn server_errors_are_replayed_when_the_layer_records_them() {
         assert_eq!(again.headers()["idempotent-replayed"], "true");
         assert_eq!(again.text().await.unwrap(), "try again");
         assert_eq!(handlers.runs(), 1);
+    })
+    .await;
+}
+
+// Regression: the fingerprint hashed the raw body, so a client whose retry
+// re-serialised the same JSON with its fields in another order or other
+// whitespace got 422 instead of its payment.
+#[tokio::test]
+async fn a_retry_that_reserialises_the_same_json_is_a_replay_not_422() {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
+        let client = reqwest::Client::new();
+        let url = format!("{url}/payments");
+        let first = post(&client, &url, Some("reordered"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(first.status(), 201);
+        let first = first.text().await.unwrap();
+        let reordered = "{\n  \"currency\": \"EUR\",\n  \"amount\": 1250\n}";
+        let again = post(&client, &url, Some("reordered"), reordered)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 201);
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.text().await.unwrap(), first);
+        let other_amount = post(
+            &client,
+            &url,
+            Some("reordered"),
+            r#"{"currency":"EUR","amount":1251}"#,
+        );
+        assert_eq!(
+            problem(other_amount.send().await.unwrap(), 422).await,
+            "mismatch"
+        );
+        // Outside JSON media types the body still counts byte for byte.
+        let text = |body: &'static str| {
+            client
+                .post(&url)
+                .header("idempotency-key", "plain")
+                .header("content-type", "text/plain")
+                .body(body)
+                .send()
+        };
+        assert_eq!(text("a  b").await.unwrap().status(), 201);
+        assert_eq!(problem(text("a b").await.unwrap(), 422).await, "mismatch");
+        assert_eq!(handlers.runs(), 2);
     })
     .await;
 }

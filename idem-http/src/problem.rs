@@ -1,4 +1,5 @@
-//! The middleware's own answers, as RFC 9457 `application/problem+json`.
+//! The answers the middleware gives in place of the handler's, as RFC 9457
+//! `application/problem+json`.
 
 use std::time::Duration;
 
@@ -6,14 +7,16 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use crate::ResponseBody;
-
 /// Every answer the middleware gives in place of the handler's.
 ///
 /// The `type` of each is a `tag:` URI (RFC 4151): a stable name for clients
-/// to match on, not a page to fetch.
-#[derive(Debug)]
-pub(crate) enum Problem {
+/// to match on, not a page to fetch: `tag:idem-rs.github.io,2025:problem/<name>`
+/// with the names `invalid-key`, `missing-key`, `unreadable-body`,
+/// `body-too-large`, `in-progress`, `mismatch`, `not-replayable`,
+/// `store-unavailable` and `internal`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
     /// 400: the `Idempotency-Key` header is not one usable key.
     InvalidKey(String),
     /// 400: the key header is missing and the layer requires one.
@@ -104,8 +107,20 @@ impl Problem {
         }
     }
 
-    /// The response, with `Retry-After` for a request in progress.
-    pub(crate) fn into_response(self) -> Response<ResponseBody> {
+    /// The status this problem is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The problem's name, the last segment of its `type`.
+    pub fn name(&self) -> &'static str {
+        self.parts().1
+    }
+
+    /// The response: the problem document, `Content-Type:
+    /// application/problem+json`, and `Retry-After` for a request in
+    /// progress.
+    pub fn into_response(self) -> Response<Bytes> {
         let (status, slug, title, detail) = self.parts();
         let body = serde_json::json!({
             "type": format!("tag:idem-rs.github.io,2025:problem/{slug}"),
@@ -113,7 +128,7 @@ impl Problem {
             "status": status.as_u16(),
             "detail": detail,
         });
-        let mut response = Response::new(ResponseBody::full(Bytes::from(body.to_string())));
+        let mut response = Response::new(Bytes::from(body.to_string()));
         *response.status_mut() = status;
         let headers = response.headers_mut();
         headers.insert(

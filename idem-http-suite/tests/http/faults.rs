@@ -7,23 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::extract::{Request, State};
-use axum::middleware::{from_fn_with_state, Next};
-use axum::response::Response;
 use idem_core::{
     Begin, Fingerprint, Insert, MemoryStore, NewRecord, Record, State as RecordState, Store,
     StoreError, Token,
 };
-use idem_tower::IdempotencyLayer;
+use idem_http::Options;
+use idem_http_suite::{
+    eventually, on_every_adapter_and_backend, post, problem, Adapter, Backend, ADAPTERS, BIG_BODY,
+    BODY,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tower::ServiceExt;
-
-use crate::support::{
-    app, eventually, on_every_backend, post, problem, serve, start, Backend, BIG_BODY,
-};
-
-const BODY: &str = r#"{"amount":1250,"currency":"EUR"}"#;
 
 /// A store that is down: every call fails as a broken backend would.
 #[derive(Debug)]
@@ -57,39 +51,47 @@ impl Store for DownStore {
 
 #[tokio::test]
 async fn a_store_failure_is_503_and_runs_nothing() {
-    let store: Arc<dyn Store> = Arc::new(DownStore);
-    let (url, handlers) = start(IdempotencyLayer::new(store)).await;
-    let client = reqwest::Client::new();
-    let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(problem(response, 503).await, "store-unavailable");
-    assert_eq!(handlers.runs(), 0);
-    // Requests the layer does not protect never reach the store.
-    let unkeyed = post(&client, &format!("{url}/payments"), None, BODY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unkeyed.status(), 201);
-    let get = client
-        .get(format!("{url}/payments"))
-        .header("idempotency-key", "k");
-    assert_eq!(get.send().await.unwrap().status(), 200);
-}
-
-#[tokio::test]
-async fn fail_open_runs_the_handler_unprotected_when_the_store_fails() {
-    let (url, handlers) = start(IdempotencyLayer::new(DownStore).fail_open(true)).await;
-    let client = reqwest::Client::new();
-    for run in 1..=2 {
+    for adapter in ADAPTERS {
+        let store: Arc<dyn Store> = Arc::new(DownStore);
+        let (url, handlers) = adapter
+            .start(Options::from_idempotent(idem_core::Idempotent::from_arc(
+                store,
+            )))
+            .await;
+        let client = reqwest::Client::new();
         let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 201);
-        assert!(response.headers().get("idempotent-replayed").is_none());
-        assert_eq!(handlers.runs(), run);
+        assert_eq!(problem(response, 503).await, "store-unavailable");
+        assert_eq!(handlers.runs(), 0);
+        // Requests the layer does not protect never reach the store.
+        let unkeyed = post(&client, &format!("{url}/payments"), None, BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(unkeyed.status(), 201);
+        let get = client
+            .get(format!("{url}/payments"))
+            .header("idempotency-key", "k");
+        assert_eq!(get.send().await.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test]
+async fn fail_open_runs_the_handler_unprotected_when_the_store_fails() {
+    for adapter in ADAPTERS {
+        let (url, handlers) = adapter.start(Options::new(DownStore).fail_open(true)).await;
+        let client = reqwest::Client::new();
+        for run in 1..=2 {
+            let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 201);
+            assert!(response.headers().get("idempotent-replayed").is_none());
+            assert_eq!(handlers.runs(), run);
+        }
     }
 }
 
@@ -121,23 +123,25 @@ impl Store for HungStore {
 
 #[tokio::test]
 async fn a_store_that_hangs_is_a_store_failure_after_the_timeout() {
-    let layer = IdempotencyLayer::new(HungStore).with_store_timeout(Duration::from_millis(100));
-    let (url, handlers) = start(layer.clone()).await;
-    let client = reqwest::Client::new();
-    let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(problem(response, 503).await, "store-unavailable");
-    assert_eq!(handlers.runs(), 0);
+    for adapter in ADAPTERS {
+        let layer = Options::new(HungStore).with_store_timeout(Duration::from_millis(100));
+        let (url, handlers) = adapter.start(layer.clone()).await;
+        let client = reqwest::Client::new();
+        let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(problem(response, 503).await, "store-unavailable");
+        assert_eq!(handlers.runs(), 0);
 
-    let (url, handlers) = start(layer.fail_open(true)).await;
-    let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201);
-    assert_eq!(handlers.runs(), 1);
+        let (url, handlers) = adapter.start(layer.fail_open(true)).await;
+        let response = post(&client, &format!("{url}/payments"), Some("k"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        assert_eq!(handlers.runs(), 1);
+    }
 }
 
 /// A memory store whose first attempt to record an outcome fails.
@@ -184,43 +188,26 @@ impl Store for RecordFailsOnce {
 
 #[tokio::test]
 async fn a_store_blip_while_recording_is_retried_so_the_retry_is_a_replay() {
-    let (url, handlers) = start(IdempotencyLayer::new(RecordFailsOnce::default())).await;
-    let client = reqwest::Client::new();
-    let send = || post(&client, &format!("{url}/payments"), Some("blip"), BODY).send();
-    assert_eq!(send().await.unwrap().status(), 201);
-    let again = send().await.unwrap();
-    assert_eq!(again.headers()["idempotent-replayed"], "true");
-    assert_eq!(handlers.runs(), 1);
-}
-
-async fn note_dropped(
-    State(dropped): State<Arc<AtomicBool>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    struct Guard(Arc<AtomicBool>, bool);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            if !self.1 {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
+    for adapter in ADAPTERS {
+        let (url, handlers) = adapter
+            .start(Options::new(RecordFailsOnce::default()))
+            .await;
+        let client = reqwest::Client::new();
+        let send = || post(&client, &format!("{url}/payments"), Some("blip"), BODY).send();
+        assert_eq!(send().await.unwrap().status(), 201);
+        let again = send().await.unwrap();
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(handlers.runs(), 1);
     }
-    let mut guard = Guard(dropped, false);
-    let response = next.run(request).await;
-    guard.1 = true;
-    response
 }
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_request_gets_the_replay_on_retry() {
-    on_every_backend(|backend: Backend| async move {
-        let (router, handlers) = app(IdempotencyLayer::from_idempotent(backend.idem()));
-        let dropped = Arc::new(AtomicBool::new(false));
-        let router = router.layer(from_fn_with_state(Arc::clone(&dropped), note_dropped));
-        let addr = serve(router).await;
-
-        let mut stream = TcpStream::connect(addr).await.unwrap();
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
+        let mut stream = TcpStream::connect(url.trim_start_matches("http://"))
+            .await
+            .unwrap();
         let request = format!(
             "POST /gated HTTP/1.1\r\nhost: test\r\nidempotency-key: gone\r\n\
              content-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
@@ -229,16 +216,10 @@ async fn a_client_that_disconnects_mid_request_gets_the_replay_on_retry() {
         stream.write_all(request.as_bytes()).await.unwrap();
         eventually("the handler runs", || async { handlers.runs() == 1 }).await;
         drop(stream);
-        // The server must have given up on the response before the handler
-        // finishes, or this would not test a disconnect.
-        eventually("the server drops the request", || async {
-            dropped.load(Ordering::SeqCst)
-        })
-        .await;
         handlers.gate.add_permits(1);
 
         let client = reqwest::Client::new();
-        let url = format!("http://{addr}/gated");
+        let url = format!("{url}/gated");
         eventually("the retry is a replay", || async {
             let response = post(&client, &url, Some("gone"), BODY)
                 .send()
@@ -253,26 +234,24 @@ async fn a_client_that_disconnects_mid_request_gets_the_replay_on_retry() {
 }
 
 #[tokio::test]
-async fn dropping_the_response_future_does_not_cancel_the_handler_or_its_recording() {
-    on_every_backend(|backend: Backend| async move {
-        let (router, handlers) = app(IdempotencyLayer::from_idempotent(backend.idem()));
-        let request = || {
-            axum::http::Request::post("/gated")
-                .header("idempotency-key", "dropped")
-                .header("content-type", "application/json")
-                .body(axum::body::Body::from(BODY))
-                .unwrap()
-        };
-        // The call is polled until the handler is inside, then dropped, as
-        // a server drops the future of a client that went away.
-        let call = router.clone().oneshot(request());
+async fn a_client_that_times_out_mid_request_does_not_cancel_the_handler_or_its_recording() {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
+        let url = format!("{url}/gated");
+        let client = reqwest::Client::new();
+        // The client gives up while the gated handler is inside, as a
+        // client with a deadline does.
+        let call = post(&client, &url, Some("dropped"), BODY).send();
         tokio::select! {
             _ = call => panic!("the gated handler cannot have answered"),
             () = eventually("the handler runs", || async { handlers.runs() == 1 }) => {}
         }
         handlers.gate.add_permits(1);
         eventually("the retry is a replay", || async {
-            let response = router.clone().oneshot(request()).await.unwrap();
+            let response = post(&client, &url, Some("dropped"), BODY)
+                .send()
+                .await
+                .unwrap();
             response
                 .headers()
                 .get("idempotent-replayed")
@@ -286,9 +265,9 @@ async fn dropping_the_response_future_does_not_cancel_the_handler_or_its_recordi
 
 #[tokio::test]
 async fn a_response_too_large_to_store_is_sent_once_and_never_run_again() {
-    on_every_backend(|backend: Backend| async move {
-        let layer = IdempotencyLayer::from_idempotent(backend.idem()).with_max_response_body(1024);
-        let (url, handlers) = start(layer).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let layer = backend.options().with_max_response_body(1024);
+        let (url, handlers) = adapter.start(layer).await;
         let client = reqwest::Client::new();
         let send = || post(&client, &format!("{url}/big"), Some("big"), BODY).send();
         let first = send().await.unwrap();
@@ -304,8 +283,8 @@ async fn a_response_too_large_to_store_is_sent_once_and_never_run_again() {
 
 #[tokio::test]
 async fn a_response_body_that_fails_is_a_500_and_never_run_again() {
-    on_every_backend(|backend: Backend| async move {
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(backend.idem())).await;
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let (url, handlers) = adapter.start(backend.options()).await;
         let client = reqwest::Client::new();
         let send = || post(&client, &format!("{url}/broken"), Some("broken"), BODY).send();
         assert_eq!(problem(send().await.unwrap(), 500).await, "internal");
@@ -317,11 +296,11 @@ async fn a_response_body_that_fails_is_a_500_and_never_run_again() {
 
 #[tokio::test]
 async fn a_panicking_handler_keeps_its_key_until_the_lease_lapses() {
-    on_every_backend(|backend: Backend| async move {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
         // Long enough for the panic to be reported before the retry, short
         // enough for the takeover to come within the polling bound.
         let idem = backend.idem().with_lease(Duration::from_secs(2));
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(idem)).await;
+        let (url, handlers) = adapter.start(Options::from_idempotent(idem)).await;
         let client = reqwest::Client::new();
         let send = || post(&client, &format!("{url}/panic"), Some("boom"), BODY).send();
         assert_eq!(problem(send().await.unwrap(), 500).await, "internal");
@@ -338,7 +317,7 @@ async fn a_panicking_handler_keeps_its_key_until_the_lease_lapses() {
 
 #[tokio::test]
 async fn a_damaged_record_is_a_500_problem_not_a_panic() {
-    on_every_backend(|backend: Backend| async move {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
         let idem = backend.idem();
         // The documented fingerprint: method, path and query, content type, body.
         let fingerprint = Fingerprint::of_parts([
@@ -351,7 +330,7 @@ async fn a_damaged_record_is_a_500_problem_not_a_panic() {
             panic!("a fresh key is claimed");
         };
         lease.complete(b"\x01\x00not a response").await.unwrap();
-        let (url, handlers) = start(IdempotencyLayer::from_idempotent(idem)).await;
+        let (url, handlers) = adapter.start(Options::from_idempotent(idem)).await;
         let client = reqwest::Client::new();
         let response = post(&client, &format!("{url}/payments"), Some("damaged"), BODY)
             .send()
@@ -401,36 +380,80 @@ impl Store for SlowAnswer {
 // run or release it, and every retry got 409 for a whole lease.
 #[tokio::test]
 async fn a_client_that_hangs_up_while_the_claim_is_in_flight_can_retry_at_once() {
-    let landed = Arc::new(AtomicBool::new(false));
-    let store = SlowAnswer {
-        inner: MemoryStore::new(),
-        landed: Arc::clone(&landed),
-    };
-    let (router, handlers) = app(IdempotencyLayer::new(store));
-    let request = || {
-        axum::http::Request::post("/payments")
-            .header("idempotency-key", "hung-up")
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from(BODY))
-            .unwrap()
-    };
-    let call = router.clone().oneshot(request());
-    tokio::select! {
-        _ = call => panic!("the claim's answer cannot have come back yet"),
-        () = eventually("the claim lands", || async { landed.load(Ordering::SeqCst) }) => {}
-    }
-    // Well inside the 60 s lease: a stuck key would answer 409 throughout.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        let response = router.clone().oneshot(request()).await.unwrap();
-        if response.status() == 201 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the key stayed claimed after the client hung up: {}",
-            response.status()
+    for adapter in ADAPTERS {
+        let landed = Arc::new(AtomicBool::new(false));
+        let store = SlowAnswer {
+            inner: MemoryStore::new(),
+            landed: Arc::clone(&landed),
+        };
+        let (url, handlers) = adapter.start(Options::new(store)).await;
+        let mut stream = TcpStream::connect(url.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        let request = format!(
+            "POST /payments HTTP/1.1\r\nhost: test\r\nidempotency-key: hung-up\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+            BODY.len()
         );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        eventually("the claim lands", || async {
+            landed.load(Ordering::SeqCst)
+        })
+        .await;
+        drop(stream);
+        // Well inside the 60 s lease: a stuck key would answer 409 throughout.
+        let client = reqwest::Client::new();
+        let url = format!("{url}/payments");
+        eventually("a retry gets the payment", || async {
+            let response = post(&client, &url, Some("hung-up"), BODY)
+                .send()
+                .await
+                .unwrap();
+            response.status() == 201
+        })
+        .await;
+        assert_eq!(handlers.runs(), 1);
     }
-    assert_eq!(handlers.runs(), 1);
+}
+
+// Records written before JSON bodies were canonicalised carry the raw-bytes
+// fingerprint (scheme 1) and idem-tower's version-1 payload; they must keep
+// replaying through every adapter.
+#[tokio::test]
+async fn a_record_written_before_canonical_fingerprints_still_replays() {
+    on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        let idem = backend.idem();
+        let legacy = Fingerprint::of_parts([
+            &b"POST"[..],
+            b"/payments",
+            b"application/json",
+            BODY.as_bytes(),
+        ]);
+        let Ok(Begin::Run(lease)) = idem.begin("legacy", legacy).await else {
+            panic!("a fresh key is claimed");
+        };
+        // The stored bytes exactly as the earlier build wrote them: version
+        // 1, a response, 201, one header, the body.
+        let mut payload = vec![1, 0, 0, 201, 0, 1];
+        payload.extend_from_slice(&12u16.to_be_bytes());
+        payload.extend_from_slice(b"content-type");
+        payload.extend_from_slice(&16u32.to_be_bytes());
+        payload.extend_from_slice(b"application/json");
+        payload.extend_from_slice(&9u64.to_be_bytes());
+        payload.extend_from_slice(br#"{"run":0}"#);
+        lease.complete(&payload).await.unwrap();
+
+        let (url, handlers) = adapter.start(Options::from_idempotent(idem)).await;
+        let client = reqwest::Client::new();
+        let response = post(&client, &format!("{url}/payments"), Some("legacy"), BODY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        assert_eq!(response.headers()["idempotent-replayed"], "true");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        assert_eq!(response.text().await.unwrap(), r#"{"run":0}"#);
+        assert_eq!(handlers.runs(), 0);
+    })
+    .await;
 }

@@ -1,18 +1,16 @@
-//! Reading a request: the key header, the body within its limit, and the
-//! fingerprint.
+//! The `Idempotency-Key` header: one key, as the draft's sf-string or a
+//! bare value.
 
-use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, CONTENT_LENGTH, CONTENT_TYPE};
-use http::request::Parts;
-use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idem_core::{validate_client_key, Fingerprint, KeyError};
+use std::fmt;
 
-use crate::BoxError;
+use http::header::{HeaderMap, HeaderName};
+use idem_core::{validate_client_key, KeyError};
 
-/// Why the key header was refused.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum KeyHeaderError {
+/// Why the key header was refused; every one is answered with a 400
+/// [`Problem::InvalidKey`](crate::Problem::InvalidKey).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyHeaderError {
     /// More than one header line, or a list in one line.
     Several,
     /// A structured-field parameter after the value.
@@ -24,7 +22,8 @@ pub(crate) enum KeyHeaderError {
 }
 
 impl KeyHeaderError {
-    pub(crate) fn detail(&self, header: &HeaderName) -> String {
+    /// What to tell the client, naming the header it sent.
+    pub fn detail(&self, header: &HeaderName) -> String {
         match self {
             KeyHeaderError::Several => {
                 format!("send exactly one `{header}` value, not a list or several header lines")
@@ -47,7 +46,7 @@ impl KeyHeaderError {
 /// escapes) and a bare value (`abc`). A bare value may not hold `"`, `,` or
 /// `;`, since those would make it a list or carry parameters; quote the key
 /// to send those characters.
-pub(crate) fn client_key(
+pub fn client_key(
     headers: &HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<String>, KeyHeaderError> {
@@ -119,63 +118,13 @@ fn bytes_to_key(bytes: &[u8]) -> Result<String, KeyHeaderError> {
     }
 }
 
-/// Why a body was not read.
-#[derive(Debug)]
-pub(crate) enum BodyError {
-    /// Over the limit.
-    TooLarge,
-    /// The stream failed.
-    Unreadable(BoxError),
-}
-
-/// Reads the whole body, refusing one longer than `limit` bytes. A
-/// `Content-Length` over the limit is refused before a byte is read.
-pub(crate) async fn collect_body<B>(
-    headers: &HeaderMap,
-    body: B,
-    limit: usize,
-) -> Result<Bytes, BodyError>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(BodyError::TooLarge);
-    }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<LengthLimitError>() => Err(BodyError::TooLarge),
-        Err(error) => Err(BodyError::Unreadable(error)),
+impl fmt::Display for KeyHeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.detail(&HeaderName::from_static("idempotency-key")))
     }
 }
 
-/// What the request means: method, path and query, content type and body,
-/// each length-prefixed ([`Fingerprint::of_parts`]).
-pub(crate) fn fingerprint(parts: &Parts, body: &[u8]) -> Fingerprint {
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
-    // Every `Content-Type` line counts, joined as HTTP would combine them,
-    // so an added second line cannot hide behind the first.
-    let mut content_type = Vec::new();
-    for (i, value) in parts.headers.get_all(CONTENT_TYPE).iter().enumerate() {
-        if i > 0 {
-            content_type.extend_from_slice(b", ");
-        }
-        content_type.extend_from_slice(value.as_bytes());
-    }
-    Fingerprint::of_parts([
-        parts.method.as_str().as_bytes(),
-        path.as_bytes(),
-        &content_type,
-        body,
-    ])
-}
+impl std::error::Error for KeyHeaderError {}
 
 #[cfg(test)]
 mod tests {
@@ -241,30 +190,5 @@ mod tests {
             Err(KeyHeaderError::Key(KeyError::TooLong { len: 256 }))
         );
         assert_eq!(key_of(&[&long[..255]]), Ok(Some("k".repeat(255))));
-    }
-
-    #[test]
-    fn fingerprint_tells_method_path_type_and_body_apart() {
-        let parts = |method: &str, uri: &str, ct: &str| {
-            let mut builder = http::Request::builder().method(method).uri(uri);
-            if !ct.is_empty() {
-                builder = builder.header(CONTENT_TYPE, ct);
-            }
-            builder.body(()).unwrap().into_parts().0
-        };
-        let base = fingerprint(&parts("POST", "/a?x=1", "application/json"), b"{}");
-        for other in [
-            fingerprint(&parts("PATCH", "/a?x=1", "application/json"), b"{}"),
-            fingerprint(&parts("POST", "/a?x=2", "application/json"), b"{}"),
-            fingerprint(&parts("POST", "/a?x=1", "text/plain"), b"{}"),
-            fingerprint(&parts("POST", "/a?x=1", ""), b"{}"),
-            fingerprint(&parts("POST", "/a?x=1", "application/json"), b"{ }"),
-        ] {
-            assert_ne!(base, other);
-        }
-        assert_eq!(
-            base,
-            fingerprint(&parts("POST", "/a?x=1", "application/json"), b"{}")
-        );
     }
 }

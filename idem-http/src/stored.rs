@@ -1,5 +1,4 @@
-//! Recorded responses: reading the handler's response within its limit, and
-//! the stored format replays are built from.
+//! Recorded responses: the stored format replays are built from.
 //!
 //! # Stored format (version 1)
 //!
@@ -19,21 +18,16 @@
 
 use std::fmt;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, SET_COOKIE};
 use http::{Response, StatusCode};
-use http_body::Body;
-use http_body_util::BodyExt;
-
-use crate::body::Prefixed;
-use crate::{BoxError, ResponseBody};
 
 const VERSION: u8 = 1;
 const KIND_RESPONSE: u8 = 0;
 const KIND_NOT_REPLAYABLE: u8 = 1;
 
-/// The header every replay carries.
-pub(crate) const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// The header every replay carries, with the value `true`.
+pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 // RFC 9110 §7.6.1 and the headers proxies treat the same way.
 const HOP_BY_HOP: [&str; 9] = [
@@ -50,7 +44,8 @@ const HOP_BY_HOP: [&str; 9] = [
 
 /// Why a request that ran has no response to replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unreplayable {
+#[non_exhaustive]
+pub enum Unreplayable {
     /// The body was over the response limit.
     TooLarge,
     /// The body failed while it was read.
@@ -58,7 +53,8 @@ pub(crate) enum Unreplayable {
 }
 
 impl Unreplayable {
-    pub(crate) fn reason(self) -> &'static str {
+    /// Why, in words for the client.
+    pub fn reason(self) -> &'static str {
         match self {
             Unreplayable::TooLarge => "the response was too large to store",
             Unreplayable::BodyFailed => "the response body failed while it was read",
@@ -68,11 +64,15 @@ impl Unreplayable {
 
 /// A decoded payload.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Stored {
+#[non_exhaustive]
+pub enum Stored {
     /// A response to replay.
     Response {
+        /// The recorded status.
         status: StatusCode,
+        /// The recorded headers, in their order.
         headers: HeaderMap,
+        /// The recorded body.
         body: Bytes,
     },
     /// A marker for a request that ran without a replayable response.
@@ -80,8 +80,8 @@ pub(crate) enum Stored {
 }
 
 /// A payload that is not in the stored format.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct DecodeError(&'static str);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(&'static str);
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -91,8 +91,9 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Whether a response header is kept for replays.
-fn is_recorded(name: &HeaderName, headers: &HeaderMap) -> bool {
+/// Whether a response header is kept for replays: not `Set-Cookie`, not a
+/// hop-by-hop header, not one that `Connection` names.
+pub fn is_recorded(name: &HeaderName, headers: &HeaderMap) -> bool {
     if *name == SET_COOKIE || HOP_BY_HOP.contains(&name.as_str()) {
         return false;
     }
@@ -107,7 +108,7 @@ fn is_recorded(name: &HeaderName, headers: &HeaderMap) -> bool {
 
 /// Encodes a response for the store, leaving out the headers that are
 /// never replayed.
-pub(crate) fn encode(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
+pub fn encode(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
     let kept: Vec<(&HeaderName, &HeaderValue)> = headers
         .iter()
         .filter(|(name, _)| is_recorded(name, headers))
@@ -134,7 +135,7 @@ pub(crate) fn encode(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Ve
 }
 
 /// Encodes the marker for a request that ran without a replayable response.
-pub(crate) fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
+pub fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
     let reason = match why {
         Unreplayable::TooLarge => 1,
         Unreplayable::BodyFailed => 2,
@@ -143,7 +144,7 @@ pub(crate) fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
 }
 
 /// Decodes a payload written by [`encode`] or [`encode_unreplayable`].
-pub(crate) fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
+pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
     let mut reader = Reader(payload);
     if reader.take(1)? != [VERSION] {
         return Err(DecodeError("unknown format version"));
@@ -239,52 +240,14 @@ impl<'a> Reader<'a> {
 
 /// The response a replay sends: the recorded status, headers and body, and
 /// `Idempotent-Replayed: true`.
-pub(crate) fn replay(
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response<ResponseBody> {
-    let mut response = Response::new(ResponseBody::full(body));
+pub fn replay(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
         .headers_mut()
         .insert(REPLAYED, HeaderValue::from_static("true"));
     response
-}
-
-/// The handler's response body, read up to a limit.
-pub(crate) enum Collected {
-    /// The whole body.
-    Whole(Bytes),
-    /// Over the limit: what was read, and the rest still to stream.
-    TooLarge(ResponseBody),
-    /// The body failed while it was read.
-    Failed(BoxError),
-}
-
-/// Reads `body` whole unless it exceeds `limit` bytes. Trailers are not
-/// kept, so a first response and its replays send the same frames.
-pub(crate) async fn collect(mut body: ResponseBody, limit: usize) -> Collected {
-    let mut read = BytesMut::new();
-    if body.size_hint().lower() > limit as u64 {
-        return Collected::TooLarge(body);
-    }
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => {
-                if let Ok(data) = frame.into_data() {
-                    read.extend_from_slice(&data);
-                    if read.len() > limit {
-                        let prefix = read.freeze();
-                        return Collected::TooLarge(ResponseBody::new(Prefixed::new(prefix, body)));
-                    }
-                }
-            }
-            Err(error) => return Collected::Failed(error),
-        }
-    }
-    Collected::Whole(read.freeze())
 }
 
 #[cfg(test)]

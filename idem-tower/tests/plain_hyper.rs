@@ -1,5 +1,6 @@
 //! The layer in front of a plain tower service served by hyper, with a hyper
-//! client: no axum anywhere.
+//! client: no axum anywhere. The HTTP behaviour suite (`idem-http-suite`)
+//! drives the layer under axum on every store.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,0 +1,324 @@
+//! `IdempotencyMiddleware`: the settings, the actix `Transform`, and the
+//! service that hands each request to idem-http's exchange.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use idem_core::{Idempotent, Store};
+use idem_http::{fingerprint, Admission, Options, Problem, Reply};
+
+use crate::body::Body;
+
+type ScopeFn = dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync;
+
+/// Makes `POST` and `PATCH` handlers safe to retry with an
+/// `Idempotency-Key` header: the handler runs at most once per key and
+/// every retry gets its recorded response back, with
+/// `Idempotent-Replayed: true`.
+///
+/// Every option, status and problem document is the same as
+/// `idem_tower::IdempotencyLayer`'s (see there for the full table). The
+/// handler runs in a local task of its own (`actix_web::rt::spawn`), so a
+/// client that disconnects does not cancel it or its recording.
+#[derive(Clone)]
+pub struct IdempotencyMiddleware {
+    options: Options,
+    scope: Option<Arc<ScopeFn>>,
+}
+
+impl fmt::Debug for IdempotencyMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyMiddleware")
+            .field("options", &self.options)
+            .field("scope", &self.scope.as_ref().map(|_| "Fn(&ServiceRequest)"))
+            .finish()
+    }
+}
+
+impl IdempotencyMiddleware {
+    /// Protects handlers with `store`, with a 60 s lease and a 24 h
+    /// retention. Accepts an `Arc<dyn Store>` as well as a store by value.
+    pub fn new<S: Store>(store: S) -> Self {
+        IdempotencyMiddleware::from_idempotent(Idempotent::new(store))
+    }
+
+    /// Protects handlers with an [`Idempotent`] whose lease, retention and
+    /// namespace are already set.
+    pub fn from_idempotent(idem: Idempotent) -> Self {
+        IdempotencyMiddleware::from_options(Options::from_idempotent(idem))
+    }
+
+    /// Protects handlers with the protocol's [`Options`].
+    pub fn from_options(options: Options) -> Self {
+        IdempotencyMiddleware {
+            options,
+            scope: None,
+        }
+    }
+
+    fn set(mut self, change: impl FnOnce(Options) -> Options) -> Self {
+        self.options = change(self.options);
+        self
+    }
+
+    /// Reads the key from this header instead of `Idempotency-Key`.
+    pub fn with_header_name(self, name: HeaderName) -> Self {
+        self.set(|o| o.with_header_name(name))
+    }
+
+    /// Whether a protected request without a key is refused with 400
+    /// (`true`) or passed through unprotected (`false`, the default).
+    pub fn require_key(self, required: bool) -> Self {
+        self.set(|o| o.require_key(required))
+    }
+
+    /// The methods to protect, replacing the default `POST` and `PATCH`.
+    pub fn with_methods(self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.set(|o| o.with_methods(methods))
+    }
+
+    /// Gives each tenant or principal its own keys: `f` reads the scope from
+    /// the request; `None` means the shared scope `""`. A scope over 255
+    /// bytes or with a control character is refused with 400.
+    pub fn with_scope<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&ServiceRequest) -> Option<String> + Send + Sync + 'static,
+    {
+        self.scope = Some(Arc::new(f));
+        self
+    }
+
+    /// The largest request body a protected request may carry, in bytes;
+    /// larger ones get 413. Default 1 MiB.
+    pub fn with_max_request_body(self, bytes: usize) -> Self {
+        self.set(|o| o.with_max_request_body(bytes))
+    }
+
+    /// The largest response body that is recorded for replay, in bytes.
+    /// A larger one still reaches its client, and the key is marked as
+    /// executed without a replayable response. Default 1 MiB.
+    pub fn with_max_response_body(self, bytes: usize) -> Self {
+        self.set(|o| o.with_max_response_body(bytes))
+    }
+
+    /// Whether 5xx responses are recorded and replayed (`true`) or release
+    /// the key so that a retry runs the handler again (`false`, the
+    /// default).
+    pub fn record_server_errors(self, record: bool) -> Self {
+        self.set(|o| o.record_server_errors(record))
+    }
+
+    /// Whether a store failure lets the request through to the handler
+    /// without idempotency (`true`) or answers 503 (`false`, the default).
+    pub fn fail_open(self, open: bool) -> Self {
+        self.set(|o| o.fail_open(open))
+    }
+
+    /// The longest one store call may take before it counts as a store
+    /// failure. Default 5 s.
+    pub fn with_store_timeout(self, timeout: Duration) -> Self {
+        self.set(|o| o.with_store_timeout(timeout))
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for IdempotencyMiddleware
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<BoxBody>;
+    type Error = actix_web::Error;
+    type Transform = IdempotencyService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(IdempotencyService {
+            inner: Rc::new(service),
+            config: Rc::new(self.clone()),
+        }))
+    }
+}
+
+/// The service [`IdempotencyMiddleware`] wraps around a handler.
+pub struct IdempotencyService<S> {
+    inner: Rc<S>,
+    config: Rc<IdempotencyMiddleware>,
+}
+
+impl<S> fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
+
+impl<S, B> Service<ServiceRequest> for IdempotencyService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<BoxBody>;
+    type Error = actix_web::Error;
+    type Future = LocalFuture<Result<Self::Response, Self::Error>>;
+
+    actix_web::dev::forward_ready!(inner);
+
+    fn call(&self, request: ServiceRequest) -> Self::Future {
+        Box::pin(handle(
+            Rc::clone(&self.inner),
+            Rc::clone(&self.config),
+            request,
+        ))
+    }
+}
+
+async fn handle<S, B>(
+    inner: Rc<S>,
+    config: Rc<IdempotencyMiddleware>,
+    mut request: ServiceRequest,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    let options = &config.options;
+    let method = Method::from_bytes(request.method().as_str().as_bytes()).unwrap_or_default();
+    let headers = headers_of(request.headers());
+    let key = match options.admit(&method, &headers) {
+        Admission::Protect(key) => key,
+        Admission::Refuse(problem) => return Ok(reply(request.request(), problem.into_response())),
+        _ => return Ok(inner.call(request).await?.map_into_boxed_body()),
+    };
+    let limit = options.max_request_body();
+    let body = match read_body(request.take_payload(), limit).await {
+        Ok(body) => body,
+        Err(problem) => return Ok(reply(request.request(), problem.into_response())),
+    };
+    let idem = match &config.scope {
+        Some(extract) => options
+            .idempotent()
+            .scoped(extract(&request).unwrap_or_default()),
+        None => options.idempotent().clone(),
+    };
+    let uri: Uri = request.uri().to_string().parse().unwrap_or_default();
+    let fingerprint = fingerprint(&method, &uri, &headers, &body);
+    request.set_payload(Payload::from(body));
+    // The request goes to the handler whole: actix routes it only while no
+    // clone of it exists. The response is built on the handler's request,
+    // or on this one when the handler never ran.
+    let pending = Rc::new(RefCell::new(Some(request)));
+    let answered = Rc::new(RefCell::new(None::<HttpRequest>));
+    let (to_handler, from_handler) = (Rc::clone(&pending), Rc::clone(&answered));
+    // The exchange runs in a task of its own so that a client that hangs up
+    // cancels neither the claim, nor the handler, nor its recording.
+    let task = actix_web::rt::spawn(async move {
+        let handler = || async move {
+            let request = to_handler.borrow_mut().take();
+            let request = request.ok_or_else(|| internal("the request was already handled"))?;
+            let (request, response) = inner.call(request).await?.into_parts();
+            *from_handler.borrow_mut() = Some(request);
+            Ok::<_, actix_web::Error>(to_http(response.map_into_boxed_body()))
+        };
+        config
+            .options
+            .exchange(&idem, &key, fingerprint, handler)
+            .await
+    });
+    let response = match task.await {
+        Ok(Ok(Reply::Whole(response))) => from_http(response.map(BoxBody::new)),
+        Ok(Ok(Reply::Handler(response))) => from_http(response.map(|body| body.0)),
+        Ok(Ok(_)) => return Err(internal("unknown reply")),
+        Ok(Err(error)) => return Err(error),
+        Err(join) => {
+            // The side effect may have happened, so the key stays claimed
+            // until its lease lapses rather than released.
+            tracing::error!(error = %join, "handler task failed; the key stays claimed until its lease lapses");
+            return Err(internal("the handler failed"));
+        }
+    };
+    let request = answered
+        .take()
+        .or_else(|| pending.take().map(|r| r.into_parts().0));
+    match request {
+        Some(request) => Ok(ServiceResponse::new(request, response)),
+        None => Err(internal("the request was lost")),
+    }
+}
+
+/// A 500 problem, as an error: actix sends its response as it is.
+fn internal(why: &'static str) -> actix_web::Error {
+    let response = from_http(Problem::Internal(why).into_response().map(BoxBody::new));
+    actix_web::error::InternalError::from_response(why, response).into()
+}
+
+/// Reads the request body, refusing one over `limit` bytes.
+async fn read_body(mut payload: Payload, limit: usize) -> Result<Bytes, Problem> {
+    let mut read = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|error| {
+            tracing::debug!(%error, "request body could not be read");
+            Problem::UnreadableBody
+        })?;
+        if read.len() + chunk.len() > limit {
+            return Err(Problem::BodyTooLarge(limit));
+        }
+        read.extend_from_slice(&chunk);
+    }
+    Ok(read.freeze())
+}
+
+fn headers_of(headers: &actix_web::http::header::HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.append(name, value);
+        }
+    }
+    out
+}
+
+fn to_http(response: HttpResponse<BoxBody>) -> http::Response<Body> {
+    let mut out = http::Response::new(Body(BoxBody::new(())));
+    *out.status_mut() = StatusCode::from_u16(response.status().as_u16()).unwrap_or_default();
+    *out.headers_mut() = headers_of(response.headers());
+    *out.body_mut() = Body(response.into_body());
+    out
+}
+
+fn from_http(response: http::Response<BoxBody>) -> HttpResponse<BoxBody> {
+    let (parts, body) = response.into_parts();
+    let status = actix_web::http::StatusCode::from_u16(parts.status.as_u16())
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut out = HttpResponse::with_body(status, body);
+    for (name, value) in &parts.headers {
+        if let (Ok(name), Ok(value)) = (
+            actix_web::http::header::HeaderName::from_bytes(name.as_str().as_bytes()),
+            actix_web::http::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.headers_mut().append(name, value);
+        }
+    }
+    out
+}
+
+fn reply(request: &HttpRequest, response: http::Response<Bytes>) -> ServiceResponse<BoxBody> {
+    ServiceResponse::new(request.clone(), from_http(response.map(BoxBody::new)))
+}

@@ -1,0 +1,120 @@
+//! The HTTP behaviour suite every idem adapter passes: the same apps behind
+//! `idem-tower` (axum) and `idem-actix` (actix-web), served on 127.0.0.1,
+//! driven by a real client, on every store.
+//!
+//! A case takes an [`Adapter`] and a [`Backend`]; [`on_every_adapter_and_backend`]
+//! runs it on each pair. A new adapter is one more [`Adapter`] variant and
+//! one more app module with the same routes.
+#![forbid(unsafe_code)]
+
+mod actix_app;
+mod axum_app;
+mod backend;
+mod client;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use idem_http::Options;
+use tokio::sync::Semaphore;
+
+pub use backend::{backends, Backend};
+pub use client::{eventually, post, problem, raw, replayable, BODY};
+
+/// One framework adapter under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adapter {
+    /// `idem_tower::IdempotencyLayer` in front of an axum router.
+    Tower,
+    /// `idem_actix::IdempotencyMiddleware` in front of an actix-web app.
+    Actix,
+}
+
+/// Every adapter, in the order cases run them.
+pub const ADAPTERS: [Adapter; 2] = [Adapter::Tower, Adapter::Actix];
+
+/// How the scope of a request is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every request shares the scope of the options' `Idempotent`.
+    Shared,
+    /// The `x-tenant` header names the scope.
+    TenantHeader,
+}
+
+impl Adapter {
+    /// Serves the app behind this adapter with `options` on a free port of
+    /// 127.0.0.1 until the process ends: its base URL and its handlers.
+    pub async fn start(self, options: Options) -> (String, Arc<Handlers>) {
+        self.start_scoped(options, Scope::Shared).await
+    }
+
+    /// As [`start`](Self::start), with the scope taken as `scope` says.
+    pub async fn start_scoped(self, options: Options, scope: Scope) -> (String, Arc<Handlers>) {
+        let handlers = Arc::new(Handlers::default());
+        let addr = match self {
+            Adapter::Tower => axum_app::serve(options, scope, Arc::clone(&handlers)).await,
+            Adapter::Actix => actix_app::serve(options, scope, Arc::clone(&handlers)),
+        };
+        (format!("http://{addr}"), handlers)
+    }
+}
+
+/// Runs `case` once for every adapter on every backend, naming both in the
+/// output.
+pub async fn on_every_adapter_and_backend<F, Fut>(case: F)
+where
+    F: Fn(Adapter, Backend) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for adapter in ADAPTERS {
+        for backend in backends().await {
+            println!("adapter: {adapter:?}, backend: {}", backend.name);
+            case(adapter, backend).await;
+        }
+    }
+}
+
+/// The handlers behind the middleware, counting their runs.
+#[derive(Debug)]
+pub struct Handlers {
+    runs: AtomicUsize,
+    /// `/gated` waits here for a permit.
+    pub gate: Semaphore,
+}
+
+impl Default for Handlers {
+    fn default() -> Self {
+        Handlers {
+            runs: AtomicUsize::new(0),
+            gate: Semaphore::new(0),
+        }
+    }
+}
+
+impl Handlers {
+    /// How many times a handler has run.
+    pub fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    fn run(&self) -> usize {
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+/// The size `/big` answers with.
+pub const BIG_BODY: usize = 4096;
+
+/// What `/payments` answers: the run number, the tenant and the body length.
+fn payment_body(run: usize, tenant: &str, body_len: usize) -> String {
+    format!(r#"{{"run":{run},"tenant":"{tenant}","echo":{body_len}}}"#)
+}
+
+/// What `/binary` answers: every byte value, then the run number.
+fn binary_body(run: usize) -> Vec<u8> {
+    let mut body: Vec<u8> = (0..=255).collect();
+    body.push(run as u8);
+    body
+}

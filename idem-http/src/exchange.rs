@@ -1,0 +1,266 @@
+//! The exchange: admit a request, claim its key, run the handler, then
+//! record or release; or answer with the replay or a problem.
+
+use std::future::{Future, IntoFuture};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::{HeaderMap, Method, Response};
+use idem_core::{Begin, Error, Fingerprints, Idempotent, KeyError, Lease, StoreError, When};
+
+use crate::stored::{self, Stored, Unreplayable};
+use crate::{client_key, Options, Problem};
+
+/// The error a response body fails with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What to do with a request, decided from its method and headers alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Admission {
+    /// Not protected: hand it to the handler untouched.
+    Pass,
+    /// Refused before its body is read: send the problem.
+    Refuse(Problem),
+    /// Protected under this client key: read the body within
+    /// [`Options::max_request_body`], then call [`Options::exchange`].
+    Protect(String),
+}
+
+/// A response body an adapter can read up to a limit.
+pub trait ResponseBody: Sized {
+    /// Reads the whole body unless it holds more than `limit` bytes. Over
+    /// the limit, the body handed back must still send every byte, those
+    /// already read first. Trailers are not kept, so a first response and
+    /// its replays send the same frames.
+    fn collect(self, limit: usize) -> impl Future<Output = Collected<Self>>;
+}
+
+/// A handler's response body, read up to a limit.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Collected<B> {
+    /// The whole body.
+    Whole(Bytes),
+    /// Over the limit: the body to stream, from its first byte.
+    TooLarge(B),
+    /// The body failed while it was read.
+    Failed(BoxError),
+}
+
+/// What an adapter sends back.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Reply<B> {
+    /// A response made whole: a replay, a problem, or the handler's
+    /// response whose body was read to record it.
+    Whole(Response<Bytes>),
+    /// The handler's response with its own body: released, too large to
+    /// record, or run unprotected.
+    Handler(Response<B>),
+}
+
+impl Options {
+    /// Decides from the method and headers whether the request is
+    /// protected, passed through, or refused (a bad key, a missing key when
+    /// keys are required, a `Content-Length` over the request limit).
+    pub fn admit(&self, method: &Method, headers: &HeaderMap) -> Admission {
+        if !self.methods.contains(method) {
+            return Admission::Pass;
+        }
+        let key = match client_key(headers, &self.header) {
+            Ok(Some(key)) => key,
+            Ok(None) if self.require_key => {
+                return Admission::Refuse(Problem::MissingKey(self.header.to_string()))
+            }
+            Ok(None) => return Admission::Pass,
+            Err(error) => {
+                return Admission::Refuse(Problem::InvalidKey(error.detail(&self.header)))
+            }
+        };
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > self.max_request_body as u64) {
+            return Admission::Refuse(Problem::BodyTooLarge(self.max_request_body));
+        }
+        Admission::Protect(key)
+    }
+
+    /// Claims `key` for the request `fingerprint` names in `idem` (the
+    /// options' [`Idempotent`], scoped as the adapter decides), then runs
+    /// `handler` once with the lease renewed, and records its response or
+    /// releases the key; or answers with the recorded response or a problem.
+    ///
+    /// Run it in a task of its own: a client that disconnects must not
+    /// cancel the claim, the handler or the recording. Its future is `Send`
+    /// when the handler's future and body are.
+    pub async fn exchange<H, Fut, B, E>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        fingerprint: impl Into<Fingerprints>,
+        handler: H,
+    ) -> Result<Reply<B>, E>
+    where
+        H: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Response<B>, E>>,
+        B: ResponseBody,
+    {
+        let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
+        let problem = match begun.await {
+            Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
+            Ok(Begin::Replay(replay)) => match stored::decode(replay.payload()) {
+                Ok(Stored::Response {
+                    status,
+                    headers,
+                    body,
+                }) => return Ok(Reply::Whole(stored::replay(status, headers, body))),
+                Ok(Stored::Unreplayable(why)) => Problem::NotReplayable(why.reason()),
+                Err(error) => {
+                    tracing::error!(key, %error, "recorded response does not decode");
+                    Problem::Internal("the recorded response for this idempotency key is damaged")
+                }
+            },
+            Ok(_) => Problem::Internal("unknown outcome from the idempotency store"),
+            Err(Error::InvalidKey(KeyError::InvalidScope {
+                part: "namespace", ..
+            })) => {
+                tracing::error!(key, "the idempotency namespace is not usable");
+                Problem::Internal("the idempotency layer is misconfigured")
+            }
+            Err(Error::InvalidKey(error)) => Problem::InvalidKey(error.to_string()),
+            Err(Error::Mismatch) => Problem::Mismatch,
+            Err(Error::InProgress { retry_after }) => Problem::InProgress(retry_after),
+            Err(Error::Store { source, .. }) if self.fail_open => {
+                tracing::warn!(key, error = %source, "idempotency store failed; running the request unprotected (fail open)");
+                return handler().await.map(Reply::Handler);
+            }
+            Err(Error::Store { source, .. }) => {
+                tracing::error!(key, error = %source, "idempotency store failed; answering 503");
+                Problem::StoreUnavailable
+            }
+            Err(error) => {
+                tracing::error!(key, %error, "idempotency check failed");
+                Problem::Internal("the idempotency check failed")
+            }
+        };
+        Ok(Reply::Whole(problem.into_response()))
+    }
+
+    /// Runs the handler under `lease`, then records or releases.
+    async fn run<H, Fut, B, E>(&self, lease: Lease, handler: H) -> Result<Reply<B>, E>
+    where
+        H: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Response<B>, E>>,
+        B: ResponseBody,
+    {
+        let limit = self.max_response_body;
+        let work = async {
+            let (parts, body) = handler().await?.into_parts();
+            let recorded = match parts.status.as_u16() {
+                200..=499 => true,
+                500.. => self.record_server_errors,
+                _ => false,
+            };
+            if !recorded {
+                return Ok(Err(Response::from_parts(parts, body)));
+            }
+            Ok(Ok((parts, body.collect(limit).await)))
+        };
+        let ran = lease.run(work).await;
+        let (parts, collected) = match ran.output {
+            Err(error) => {
+                self.release(&lease).await;
+                return Err(error);
+            }
+            Ok(Err(response)) => {
+                self.release(&lease).await;
+                return Ok(Reply::Handler(response));
+            }
+            Ok(Ok(recorded)) => recorded,
+        };
+        match collected {
+            Collected::Whole(body) => {
+                self.record(&lease, &stored::encode(parts.status, &parts.headers, &body))
+                    .await;
+                Ok(Reply::Whole(Response::from_parts(parts, body)))
+            }
+            Collected::TooLarge(body) => {
+                tracing::warn!(key = %lease.key(), limit,
+                    "response too large to record; retries will get a not-replayable 409");
+                self.record(&lease, &stored::encode_unreplayable(Unreplayable::TooLarge))
+                    .await;
+                Ok(Reply::Handler(Response::from_parts(parts, body)))
+            }
+            Collected::Failed(error) => {
+                tracing::error!(key = %lease.key(), %error,
+                    "response body failed after the handler ran; marking the key as executed");
+                self.record(
+                    &lease,
+                    &stored::encode_unreplayable(Unreplayable::BodyFailed),
+                )
+                .await;
+                let problem = Problem::Internal("the response body failed");
+                Ok(Reply::Whole(problem.into_response()))
+            }
+        }
+    }
+
+    /// One store call, bounded by the store timeout.
+    async fn timed<T>(
+        &self,
+        call: impl IntoFuture<Output = Result<T, Error>>,
+        when: When,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.store_timeout, call).await {
+            Ok(done) => done,
+            Err(_) => Err(Error::Store {
+                source: timed_out(self.store_timeout),
+                when,
+            }),
+        }
+    }
+
+    async fn record(&self, lease: &Lease, payload: &[u8]) {
+        for attempt in 1..=RECORD_ATTEMPTS {
+            match self.timed(lease.complete(payload), When::AfterWork).await {
+                Ok(()) => return,
+                Err(Error::Store { source, .. }) if attempt < RECORD_ATTEMPTS => {
+                    tracing::warn!(key = %lease.key(), attempt, error = %source, "recording the response failed; trying again");
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                }
+                Err(Error::LeaseLost) if attempt > 1 => {
+                    // An earlier attempt that reported an error may have landed.
+                    tracing::warn!(key = %lease.key(), "recording after a store error found the lease gone; the response may be recorded");
+                    return;
+                }
+                Err(error) => {
+                    tracing::error!(key = %lease.key(), %error, "the response could not be recorded");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn release(&self, lease: &Lease) {
+        if let Err(error) = self.timed(lease.release(), When::AfterWork).await {
+            tracing::warn!(key = %lease.key(), %error,
+                "could not release the key; it stays claimed until its lease lapses");
+        }
+    }
+}
+
+// A store that blips at the moment of recording would otherwise leave the
+// key claimed until its lease lapses and then let a retry run the handler a
+// second time, so recording is tried a few times while the lease still holds.
+const RECORD_ATTEMPTS: u32 = 3;
+
+fn timed_out(after: Duration) -> StoreError {
+    StoreError::backend(
+        "idem-http",
+        format!("the store did not answer within {after:?}"),
+    )
+}

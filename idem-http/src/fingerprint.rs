@@ -1,0 +1,219 @@
+//! The request fingerprint: what a protected request means.
+
+use http::header::{HeaderMap, CONTENT_TYPE};
+use http::{Method, Uri};
+use idem_core::{Fingerprint, Fingerprints};
+
+/// The fingerprint scheme of [`canonical_fingerprint`]. Scheme 1
+/// ([`Fingerprint::FIRST_SCHEME`]) is [`raw_fingerprint`], the form records
+/// were written in before JSON bodies were canonicalised.
+pub const SCHEME: u8 = 2;
+
+/// The fingerprint of a request as idem-tower wrote it before bodies were
+/// canonicalised: [`Fingerprint::of_parts`] over the method, the path and
+/// query, the `Content-Type` value (several lines joined with `, `) and the
+/// body bytes as they are.
+///
+/// Records written with it keep replaying: [`fingerprint`] carries this
+/// form beside the canonical one. Scheme 1.
+pub fn raw_fingerprint(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Fingerprint {
+    let content_type = content_type(headers);
+    Fingerprint::of_parts([
+        method.as_str().as_bytes(),
+        path_and_query(uri).as_bytes(),
+        &content_type,
+        body,
+    ])
+}
+
+/// What the request means, as the exchange checks it: the
+/// [`canonical_fingerprint`] (scheme [`SCHEME`]) that new records get,
+/// also matching a record written before under the [`raw_fingerprint`]
+/// (scheme 1), so that keys recorded by an earlier build keep replaying.
+pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Fingerprints {
+    canonical_fingerprint(method, uri, headers, body)
+        .also_matching(raw_fingerprint(method, uri, headers, body))
+}
+
+/// What the request means: [`Fingerprint::of_parts`] over the method, the
+/// path and query, the `Content-Type` value (several lines joined with
+/// `, `) and the body.
+///
+/// For a JSON media type (`application/json`, or any `+json` suffix such
+/// as `application/merge-patch+json`) the body part is the digest of
+/// [`Fingerprint::of_json`]'s canonical form (object keys sorted, no
+/// whitespace), so a retry that re-serialises the same document with its
+/// fields in another order or with other whitespace is the same request.
+/// Numbers compare as JSON values, as they do in `of_json`: `1.0` and `1`
+/// differ, integers beyond 64 bits compare as doubles. A body that is not
+/// valid JSON, and every other media type, is fingerprinted byte for byte,
+/// exactly as [`raw_fingerprint`] does. Scheme [`SCHEME`].
+pub fn canonical_fingerprint(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Fingerprint {
+    let canonical = is_json(headers)
+        .then(|| serde_json::from_slice::<serde_json::Value>(body).ok())
+        .flatten()
+        .and_then(|value| Fingerprint::of_json(&value).ok());
+    let digest = match canonical {
+        Some(digest) => Fingerprint::of_parts([
+            method.as_str().as_bytes(),
+            path_and_query(uri).as_bytes(),
+            &content_type(headers),
+            digest.as_bytes(),
+        ]),
+        None => raw_fingerprint(method, uri, headers, body),
+    };
+    digest.with_scheme(SCHEME)
+}
+
+fn path_and_query(uri: &Uri) -> &str {
+    uri.path_and_query()
+        .map_or_else(|| uri.path(), |pq| pq.as_str())
+}
+
+/// Every `Content-Type` line counts, joined as HTTP would combine them, so
+/// an added second line cannot hide behind the first.
+fn content_type(headers: &HeaderMap) -> Vec<u8> {
+    let mut joined = Vec::new();
+    for (i, value) in headers.get_all(CONTENT_TYPE).iter().enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(value.as_bytes());
+    }
+    joined
+}
+
+/// Whether the one `Content-Type` line names a JSON media type.
+fn is_json(headers: &HeaderMap) -> bool {
+    let mut lines = headers.get_all(CONTENT_TYPE).iter();
+    let (Some(value), None) = (lines.next(), lines.next()) else {
+        return false;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    let subtype = subtype.to_ascii_lowercase();
+    !kind.is_empty() && (subtype == "json" || subtype.ends_with("+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(method: &str, uri: &str, ct: &str) -> http::request::Parts {
+        let mut builder = http::Request::builder().method(method).uri(uri);
+        if !ct.is_empty() {
+            builder = builder.header(CONTENT_TYPE, ct);
+        }
+        builder.body(()).unwrap().into_parts().0
+    }
+
+    fn of(method: &str, uri: &str, ct: &str, body: &[u8]) -> Fingerprint {
+        let p = parts(method, uri, ct);
+        canonical_fingerprint(&p.method, &p.uri, &p.headers, body)
+    }
+
+    fn raw(method: &str, uri: &str, ct: &str, body: &[u8]) -> Fingerprint {
+        let p = parts(method, uri, ct);
+        raw_fingerprint(&p.method, &p.uri, &p.headers, body)
+    }
+
+    #[test]
+    fn fingerprint_tells_method_path_type_and_body_apart() {
+        for f in [of, raw] {
+            let base = f("POST", "/a?x=1", "application/json", b"{}");
+            for other in [
+                f("PATCH", "/a?x=1", "application/json", b"{}"),
+                f("POST", "/a?x=2", "application/json", b"{}"),
+                f("POST", "/a?x=1", "text/plain", b"{}"),
+                f("POST", "/a?x=1", "", b"{}"),
+                f("POST", "/a?x=1", "application/json", b"[]"),
+            ] {
+                assert_ne!(base, other);
+            }
+            assert_eq!(base, f("POST", "/a?x=1", "application/json", b"{}"));
+        }
+    }
+
+    #[test]
+    fn the_raw_form_is_the_one_records_were_written_with() {
+        // Regression: records written before bodies were canonicalised were
+        // fingerprinted with exactly these parts; changing them turns every
+        // stored key into a 422.
+        let expected = Fingerprint::of_parts([
+            &b"POST"[..],
+            b"/payments",
+            b"application/json",
+            br#"{"amount":1250,"currency":"EUR"}"#,
+        ]);
+        let body = br#"{"amount":1250,"currency":"EUR"}"#;
+        assert_eq!(raw("POST", "/payments", "application/json", body), expected);
+        assert_eq!(expected.scheme(), Fingerprint::FIRST_SCHEME);
+    }
+
+    #[test]
+    fn json_bodies_match_in_any_field_order_and_whitespace() {
+        let a = br#"{"amount":1250,"currency":"EUR","meta":{"x":1,"y":[1,2]}}"#;
+        let b =
+            b"{ \"meta\": {\"y\": [1, 2], \"x\": 1},\n  \"currency\": \"EUR\", \"amount\": 1250 }";
+        for ct in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/merge-patch+json",
+            "Application/JSON",
+        ] {
+            assert_eq!(of("POST", "/p", ct, a), of("POST", "/p", ct, b), "{ct}");
+            assert_ne!(raw("POST", "/p", ct, a), raw("POST", "/p", ct, b));
+        }
+        assert_ne!(
+            of("POST", "/p", "application/json", a),
+            of(
+                "POST",
+                "/p",
+                "application/json",
+                br#"{"amount":1251,"currency":"EUR"}"#
+            )
+        );
+        assert_ne!(
+            of("POST", "/p", "application/json", b"[1,2]"),
+            of("POST", "/p", "application/json", b"[2,1]")
+        );
+    }
+
+    #[test]
+    fn other_types_and_malformed_json_stay_byte_exact() {
+        for (ct, body) in [
+            ("text/plain", &br#"{"a":1}"#[..]),
+            ("application/octet-stream", br#"{"a":1}"#),
+            ("", br#"{"a":1}"#),
+            ("application/json", b"{not json"),
+            ("application/json", b"\xff\xfe"),
+            ("application/jsonx", br#"{"a":1}"#),
+        ] {
+            let (of, raw) = (of("POST", "/p", ct, body), raw("POST", "/p", ct, body));
+            assert_eq!(
+                (of.as_bytes(), of.scheme()),
+                (raw.as_bytes(), SCHEME),
+                "{ct}"
+            );
+        }
+        assert_ne!(
+            of("POST", "/p", "text/plain", br#"{"a":1}"#),
+            of("POST", "/p", "text/plain", br#"{ "a":1}"#)
+        );
+    }
+}

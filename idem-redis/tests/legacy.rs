@@ -1,0 +1,140 @@
+//! Values written before fingerprints had schemes (record layout 1) still
+//! replay and are taken over by the scripts; a later scheme is written in
+//! layout 2, which every script reads too.
+
+#[allow(dead_code)]
+mod support;
+
+use idem_core::{Begin, Error, Fingerprint, Idempotent, NewRecord, State, Store, Token};
+use idem_redis::redis::AsyncCommands;
+use idem_redis::RedisStore;
+use serde_json::json;
+use support::DeletePrefix;
+
+/// SHA-256 of `{"amount":1250}`: the fingerprint every earlier build wrote
+/// for that body.
+const DIGEST: &str = "9fb40105c56271ac9d6a8da0a6f584dd901d66e4d55081684160a5bc608c7b08";
+
+fn digest() -> Vec<u8> {
+    (0..32)
+        .map(|i| u8::from_str_radix(&DIGEST[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A value in layout 1 exactly as earlier builds wrote it: version 1,
+/// state, token, the 32-byte fingerprint, for in-flight records the lease
+/// deadline as ms before expiry, then the payload.
+fn layout_1(state: u8, lease_offset: Option<u64>, payload: &[u8]) -> Vec<u8> {
+    let mut value = vec![1, state];
+    value.extend_from_slice(&[7; 16]);
+    value.extend_from_slice(&digest());
+    if let Some(offset) = lease_offset {
+        value.extend_from_slice(&offset.to_be_bytes());
+    }
+    value.extend_from_slice(payload);
+    value
+}
+
+// Pins compatibility: values exactly as earlier builds wrote them replay.
+#[tokio::test]
+async fn values_written_before_fingerprint_schemes_still_replay() {
+    let Some(url) = support::shared_server() else {
+        return;
+    };
+    let prefix = support::unique_prefix();
+    let _guard = DeletePrefix::new(&url, &prefix);
+    let store = RedisStore::connect(url.as_str())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    let mut redis = idem_redis::redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let idem = Idempotent::new(store.clone());
+    let done = store.redis_key(idem.key("done").unwrap().as_str());
+    let crashed = store.redis_key(idem.key("crashed").unwrap().as_str());
+    let () = redis
+        .pset_ex(&done, layout_1(1, None, b"\"ch_1\""), 3_600_000)
+        .await
+        .unwrap();
+    // Retention 1 h, lease already over: the deadline is the whole
+    // retention before expiry.
+    let () = redis
+        .pset_ex(&crashed, layout_1(0, Some(3_600_000), b""), 3_600_000)
+        .await
+        .unwrap();
+
+    let body = json!({"amount": 1250});
+    let replayed: Result<String, Error<String>> = idem
+        .execute("done", &body, || async { Ok("ran again".to_owned()) })
+        .await;
+    assert_eq!(replayed.unwrap(), "ch_1");
+
+    let newer = Fingerprint::of_bytes(b"canonical").with_scheme(2);
+    let old = Fingerprint::of_json(&body).unwrap();
+    assert_eq!(old.to_string(), DIGEST);
+    let begun = idem.begin("done", newer.also_matching(old)).await.unwrap();
+    assert!(matches!(begun, Begin::Replay(_)), "{begun:?}");
+    assert!(matches!(
+        idem.begin("done", newer).await,
+        Err(Error::Mismatch)
+    ));
+
+    let recovered: Result<String, Error<String>> = idem
+        .execute("crashed", &body, || async { Ok("ch_2".to_owned()) })
+        .await;
+    assert_eq!(recovered.unwrap(), "ch_2");
+    let value: Vec<u8> = redis.get(&crashed).await.unwrap();
+    assert_eq!(
+        value[0], 1,
+        "a scheme-1 record is still written in layout 1"
+    );
+    assert_eq!(&value[18..50], &digest()[..]);
+}
+
+#[tokio::test]
+async fn a_later_scheme_is_written_in_layout_2_and_every_script_reads_it() {
+    let Some(url) = support::shared_server() else {
+        return;
+    };
+    let prefix = support::unique_prefix();
+    let _guard = DeletePrefix::new(&url, &prefix);
+    let store = RedisStore::connect(url.as_str())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    let mut redis = idem_redis::redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fingerprint = Fingerprint::of_bytes(b"request").with_scheme(2);
+    let record = |token, state, lease| NewRecord {
+        token,
+        fingerprint,
+        state,
+        payload: b"p",
+        lease,
+        retention: std::time::Duration::from_secs(60),
+    };
+    let (a, b) = (Token::random(), Token::random());
+    let lapsed = record(a, State::InFlight, Some(std::time::Duration::ZERO));
+    store.insert("k", &lapsed).await.unwrap();
+    let value: Vec<u8> = redis.get(store.redis_key("k")).await.unwrap();
+    assert_eq!((value[0], value[18]), (2, 2), "layout 2, scheme 2");
+    assert_eq!(value.len(), 51 + 8 + 1);
+    let live = record(b, State::InFlight, Some(std::time::Duration::from_secs(30)));
+    assert!(store.take_over("k", a, &live).await.unwrap());
+    assert!(!store.take_over("k", b, &live).await.unwrap(), "live lease");
+    assert!(store.swap("k", b, &live).await.unwrap(), "renewal");
+    assert!(!store.remove("k", a).await.unwrap(), "stale token");
+    let completed = record(b, State::Completed, None);
+    assert!(store.swap("k", b, &completed).await.unwrap());
+    let found = store.load("k").await.unwrap().unwrap();
+    assert_eq!(
+        (found.fingerprint, found.state, found.payload),
+        (fingerprint, State::Completed, b"p".to_vec())
+    );
+}
