@@ -11,7 +11,9 @@
 //! without a fuzzer.
 //!
 //! `fuzz/run SECONDS` runs every target under libFuzzer; `idem-fuzz-seeds
-//! DIR` writes the seeds as corpus files.
+//! DIR` writes the seeds as corpus files. The stores' decoders are reached
+//! through their hidden `fuzzing` modules (cargo feature `fuzzing`); the
+//! HTTP formats and the key header through `idem-http`'s public API.
 #![forbid(unsafe_code)]
 
 mod fingerprint;
