@@ -307,6 +307,21 @@ impl Formatter for &mut Canonical<'_> {
     }
 }
 
+/// The canonical bytes of `body` on each path: the one pass's when it
+/// takes `body`, and the `Value` path's. For the fuzz targets.
+#[cfg(feature = "fuzzing")]
+pub fn canonical_forms<T: Serialize + ?Sized>(
+    body: &T,
+) -> (Option<Vec<u8>>, Result<Vec<u8>, serde_json::Error>) {
+    let mut buffers = Buffers::default();
+    let one_pass = buffers.write_in_one_pass(body).then_some(buffers.out);
+    let mut sorted = Vec::new();
+    let sorted = serde_json::to_value(body)
+        .and_then(|value| write_canonical(&mut sorted, &value))
+        .map(|()| sorted);
+    (one_pass, sorted)
+}
+
 /// The sorting path: `value` written compactly with every object's keys in
 /// order.
 fn write_canonical(out: &mut Vec<u8>, value: &Value) -> Result<(), serde_json::Error> {

@@ -153,6 +153,7 @@ impl TryFrom<&[u8]> for Fingerprint {
                 Ok(Fingerprint::from_bytes(digest))
             }
             (33, Some(0)) => Err(ParseError::FingerprintScheme(0)),
+            (33, Some(&Fingerprint::FIRST_SCHEME)) => Err(ParseError::FirstSchemeWithByte),
             (33, Some(&scheme)) => {
                 let mut digest = [0; 32];
                 digest.copy_from_slice(&stored[1..]);

@@ -191,6 +191,12 @@ mod effects;
 mod error;
 mod fingerprint;
 mod idempotent;
+/// Entry points for the fuzz targets in `idem-fuzz`; not a stable API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::canonical::canonical_forms;
+}
 mod key;
 mod lease;
 mod machine;

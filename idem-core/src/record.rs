@@ -117,6 +117,10 @@ pub enum ParseError {
     /// A stored fingerprint names a scheme that cannot exist.
     #[error("fingerprint scheme {0} does not exist")]
     FingerprintScheme(u8),
+    /// A scheme-1 fingerprint is stored in 32 bytes, without its scheme
+    /// byte; read from 33 it would not be written back as it was.
+    #[error("a scheme-1 fingerprint is stored in 32 bytes, not with its scheme byte")]
+    FirstSchemeWithByte,
     /// A state code is 0, 1 or 2.
     #[error("state code {0} is not 0 (in flight), 1 (completed) or 2 (failed)")]
     StateCode(u8),

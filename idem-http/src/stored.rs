@@ -160,10 +160,24 @@ pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
             headers
                 .try_reserve(usize::from(count).min(reader.0.len() / 6))
                 .map_err(|_| DecodeError("too many headers"))?;
+            let mut last: Option<HeaderName> = None;
             for _ in 0..count {
                 let len = usize::from(reader.u16()?);
-                let name = HeaderName::from_bytes(reader.take(len)?)
-                    .map_err(|_| DecodeError("invalid header name"))?;
+                let raw = reader.take(len)?;
+                let name =
+                    HeaderName::from_bytes(raw).map_err(|_| DecodeError("invalid header name"))?;
+                // Only what `encode` writes: lowercase names, headers it
+                // keeps, each name's values together.
+                if name.as_str().as_bytes() != raw {
+                    return Err(DecodeError("header name not in lowercase"));
+                }
+                if !is_recorded(&name, &headers) {
+                    return Err(DecodeError("a header that is never stored"));
+                }
+                if last.as_ref() != Some(&name) && headers.contains_key(&name) {
+                    return Err(DecodeError("a header name's values apart"));
+                }
+                last = Some(name.clone());
                 let len = reader.u32()? as usize;
                 let value = HeaderValue::from_bytes(reader.take(len)?)
                     .map_err(|_| DecodeError("invalid header value"))?;

@@ -110,6 +110,9 @@
 //! table or a bad name a config one.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod row;
 mod store;
 mod table;

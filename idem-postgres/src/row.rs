@@ -27,20 +27,33 @@ pub(crate) fn interval(duration: Duration) -> PgInterval {
 /// Decodes the columns `token, fingerprint, state, payload, lease_until_left,
 /// retain_until_left` (the last two in microseconds) from `offset` on.
 pub(crate) fn record(row: &PgRow, offset: usize) -> Result<Record, StoreError> {
-    let token: &[u8] = row.try_get(offset).map_err(error)?;
+    columns(
+        row.try_get(offset).map_err(error)?,
+        row.try_get(offset + 1).map_err(error)?,
+        row.try_get(offset + 2).map_err(error)?,
+        row.try_get(offset + 3).map_err(error)?,
+        row.try_get(offset + 4).map_err(error)?,
+        row.try_get(offset + 5).map_err(error)?,
+    )
+}
+
+/// Decodes a record from its columns' values, as [`record`] reads them.
+pub(crate) fn columns(
+    token: &[u8],
+    fingerprint: &[u8],
+    code: i16,
+    payload: Vec<u8>,
+    lease_left: Option<i64>,
+    retain_left: i64,
+) -> Result<Record, StoreError> {
     let token = Token::try_from(token).map_err(|e| corrupt(e.to_string()))?;
-    let fingerprint: &[u8] = row.try_get(offset + 1).map_err(error)?;
     // 32 bytes are a scheme-1 fingerprint, as every row written before
     // schemes existed holds; later schemes add their number in front.
     let fingerprint = Fingerprint::try_from(fingerprint).map_err(|e| corrupt(e.to_string()))?;
-    let code: i16 = row.try_get(offset + 2).map_err(error)?;
     let state = u8::try_from(code)
         .ok()
         .and_then(State::from_u8)
         .ok_or_else(|| corrupt(format!("state {code} is not 0, 1 or 2")))?;
-    let payload: Vec<u8> = row.try_get(offset + 3).map_err(error)?;
-    let lease_left: Option<i64> = row.try_get(offset + 4).map_err(error)?;
-    let retain_left: i64 = row.try_get(offset + 5).map_err(error)?;
     Ok(Record {
         token,
         fingerprint,

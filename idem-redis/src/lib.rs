@@ -25,6 +25,9 @@
 #![forbid(unsafe_code)]
 
 mod connection;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod ops;
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]

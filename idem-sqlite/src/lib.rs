@@ -48,6 +48,9 @@
 #![forbid(unsafe_code)]
 
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod ops;
 #[cfg(feature = "raw-protocol")]
 mod raw;

@@ -217,7 +217,7 @@ impl Op {
     }
 }
 
-fn load(conn: &Connection, key: &str, now: i64) -> Result<Option<Record>, OpError> {
+pub(crate) fn load(conn: &Connection, key: &str, now: i64) -> Result<Option<Record>, OpError> {
     let mut statement = conn.prepare_cached(SELECT_LIVE)?;
     let decoded = statement
         .query_row(params![key, now], |row| Ok(decode(row, now)))
@@ -254,7 +254,10 @@ fn decode(row: &Row<'_>, now: i64) -> Result<Record, String> {
         fingerprint,
         state,
         payload,
-        lease_remaining: lease_until.map(|until| remaining(now, until)),
+        // A lease only in flight, where a missing deadline has lapsed, as
+        // the takeover statement reads it.
+        lease_remaining: (state == State::InFlight)
+            .then(|| lease_until.map_or(Duration::ZERO, |until| remaining(now, until))),
         retention_remaining: remaining(now, retain_until),
     })
 }
