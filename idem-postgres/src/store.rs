@@ -126,7 +126,6 @@ impl PostgresStore {
         self.sql.name.display()
     }
 
-    #[cfg(feature = "raw-protocol")]
     pub(crate) fn statements(&self) -> &Statements {
         &self.sql
     }

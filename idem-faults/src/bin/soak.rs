@@ -9,8 +9,9 @@
 //!
 //! Stores: `memory`, `sqlite` (a temporary file), `redis` (the server at
 //! `IDEM_REDIS_URL`, under a fresh key prefix), `cluster` (a 3-master Redis
-//! Cluster started from `redis-server` and `redis-cli` on free ports), and
-//! `postgres` (`IDEM_POSTGRES_URL`, on a fresh table). Whatever a store
+//! Cluster started from `redis-server` and `redis-cli` on free ports),
+//! `postgres` (`IDEM_POSTGRES_URL`, on a fresh table) and `mysql` (MariaDB
+//! at `IDEM_MYSQL_URL`, on a fresh table). Whatever a store
 //! wrote is removed when its soak ends. The process exits with 1 when a
 //! schedule broke an invariant and with 2 when a store cannot be reached.
 
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use idem_conformance::{soak, Fixture, Interleavings, Soak};
 use idem_core::{MemoryStore, Store};
-use idem_faults::{postgres_url, redis_url, unique_name, Backend};
+use idem_faults::{mysql_url, postgres_url, redis_url, unique_name, Backend};
 use idem_redis::redis;
 
 /// Soaks stores with generated interleavings.
@@ -36,7 +37,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,sqlite,redis,cluster,postgres"
+        default_value = "memory,sqlite,redis,cluster,postgres,mysql"
     )]
     stores: Vec<String>,
     /// Schedules played at once, each under its own key prefix.
@@ -156,8 +157,16 @@ struct Target {
 enum Cleanup {
     Nothing,
     File(PathBuf),
-    RedisPrefix { url: String, prefix: String },
-    PostgresTable { url: String, table: String },
+    RedisPrefix {
+        url: String,
+        prefix: String,
+    },
+    PostgresTable {
+        url: String,
+        table: String,
+    },
+    /// Drops the MariaDB table when dropped.
+    Guard(idem_testing::Cleanup),
     Cluster(Vec<Child>, PathBuf),
 }
 
@@ -193,9 +202,20 @@ impl Target {
                 };
                 (Backend::Postgres { url, table }, cleanup)
             }
+            "mysql" => {
+                let url = mysql_url()?;
+                let table = unique_name("soak");
+                let cleanup = Cleanup::Guard(idem_testing::Cleanup::mysql(
+                    &url,
+                    format!("DROP TABLE IF EXISTS {table}"),
+                ));
+                (Backend::MySql { url, table }, cleanup)
+            }
             "cluster" => return cluster().await,
             other => {
-                eprintln!("unknown store {other:?}: memory, sqlite, redis, cluster or postgres");
+                eprintln!(
+                    "unknown store {other:?}: memory, sqlite, redis, cluster, postgres or mysql"
+                );
                 return None;
             }
         };
@@ -213,6 +233,7 @@ impl Target {
         drop(self.store);
         match self.cleanup {
             Cleanup::Nothing => {}
+            Cleanup::Guard(guard) => drop(guard),
             Cleanup::File(path) => {
                 for suffix in ["", "-wal", "-shm"] {
                     let mut file = path.clone().into_os_string();
