@@ -222,7 +222,7 @@ impl FlawedStore {
         };
         Entry {
             token: Token::from_bytes(token),
-            fingerprint: Fingerprint::from_bytes(fingerprint),
+            fingerprint: Fingerprint::from_digest(record.fingerprint.scheme(), fingerprint),
             state: record.state,
             payload,
             lease_until,
