@@ -85,6 +85,7 @@ caught! {
     an_empty_payload_read_as_corrupt_is_caught: EmptyPayloadIsCorrupt => "empty_payload_round_trips",
     truncated_tokens_are_caught: TruncatesTokens => "tokens_and_fingerprints_round_trip",
     truncated_fingerprints_are_caught: TruncatesFingerprints => "tokens_and_fingerprints_round_trip",
+    dropped_fingerprint_schemes_are_caught: DropsFingerprintScheme => "fingerprint_schemes_round_trip",
     case_folded_keys_are_caught: FoldsKeyCase => "distinct_keys_hold_distinct_records",
     truncated_keys_are_caught: TruncatesKeys => "longest_keys_are_kept_apart",
 }

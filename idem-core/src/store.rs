@@ -69,7 +69,10 @@ pub enum Insert {
 /// lease (a failure remembered a moment ago has no lease to lapse).
 ///
 /// *Fidelity.* Payloads, tokens and fingerprints MUST round-trip byte for
-/// byte, including an empty payload and payloads of several MiB. Keys are
+/// byte, including an empty payload and payloads of several MiB; a
+/// fingerprint MUST keep its [scheme](crate::Fingerprint::scheme) (store
+/// [`Fingerprint::stored`](crate::Fingerprint::stored), which is today's 32
+/// bytes for scheme 1). Keys are
 /// strings of up to about 800 bytes of UTF-8 without control characters; a
 /// store MUST keep distinct keys distinct.
 ///

@@ -66,7 +66,11 @@ impl Server {
     /// The URL if something listens at its host and port (a TCP connect
     /// within two seconds), else why not.
     pub fn reachable(self) -> Result<String, String> {
-        let url = self.url();
+        self.reachable_at(self.url())
+    }
+
+    /// [`reachable`](Server::reachable) for a given URL.
+    fn reachable_at(self, url: String) -> Result<String, String> {
         let address = host_port(&url, self.default_port());
         let connected = address
             .to_socket_addrs()
@@ -152,9 +156,12 @@ mod tests {
 
     #[test]
     fn a_closed_port_is_unreachable_with_a_reason() {
-        // Nothing listens on port 1 of the loopback interface.
-        std::env::set_var("IDEM_MYSQL_URL", "mysql://root@127.0.0.1:1/test");
-        let why = Server::MySql.reachable().unwrap_err();
+        // Nothing listens on port 1 of the loopback interface. The URL is
+        // passed in, not set in the environment: other tests of this
+        // binary read that variable at the same time.
+        let why = Server::MySql
+            .reachable_at("mysql://root@127.0.0.1:1/test".to_owned())
+            .unwrap_err();
         assert!(why.contains("IDEM_MYSQL_URL"), "{why}");
         assert!(why.contains("127.0.0.1:1"), "{why}");
     }

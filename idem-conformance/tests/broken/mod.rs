@@ -108,6 +108,9 @@ pub(crate) enum Flaw {
     TruncatesTokens,
     /// Only the first 16 bytes of a fingerprint are kept.
     TruncatesFingerprints,
+    /// A fingerprint's scheme is dropped: every record reads back as
+    /// scheme 1, as a store that keeps only the 32-byte digest would.
+    DropsFingerprintScheme,
     /// Keys are compared without case, as a case-insensitive collation does.
     FoldsKeyCase,
     /// Keys are cut to 255 bytes, as a `VARCHAR(255)` column would.
@@ -222,7 +225,11 @@ impl FlawedStore {
         };
         Entry {
             token: Token::from_bytes(token),
-            fingerprint: Fingerprint::from_digest(record.fingerprint.scheme(), fingerprint),
+            fingerprint: if self.has(Flaw::DropsFingerprintScheme) {
+                Fingerprint::from_bytes(fingerprint)
+            } else {
+                Fingerprint::from_digest(record.fingerprint.scheme(), fingerprint)
+            },
             state: record.state,
             payload,
             lease_until,
