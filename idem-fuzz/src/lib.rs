@@ -23,7 +23,7 @@ mod stores;
 
 pub use fingerprint::{fingerprint_json, fingerprint_written};
 pub use http::{idempotency_key, stored_response};
-pub use stores::{postgres_row, redis_record, sqlite_row};
+pub use stores::{mysql_row, postgres_row, redis_record, sqlite_row};
 
 /// A fuzz target: its name (the cargo-fuzz target's), its body and its
 /// seeds.
@@ -48,6 +48,11 @@ pub const TARGETS: &[Target] = &[
         name: "postgres_row",
         run: postgres_row,
         seeds: stores::postgres_seeds,
+    },
+    Target {
+        name: "mysql_row",
+        run: mysql_row,
+        seeds: stores::mysql_seeds,
     },
     Target {
         name: "sqlite_row",

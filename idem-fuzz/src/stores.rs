@@ -124,6 +124,54 @@ pub(crate) fn redis_seeds() -> Vec<Vec<u8>> {
 /// state (`i16`), payload (two-byte length), a lease flag byte, the lease
 /// left and the retention left (`i64` microseconds).
 pub fn postgres_row(data: &[u8]) {
+    sql_row(
+        data,
+        |token, fingerprint, state, payload, lease_left, retain_left| {
+            Some(idem_postgres::fuzzing::decode_columns(
+                token,
+                fingerprint,
+                state,
+                payload,
+                lease_left,
+                retain_left,
+            ))
+        },
+    );
+}
+
+/// The MariaDB row, in the same input layout as [`postgres_row`]; a state
+/// that a `TINYINT` column cannot hold is no row the store can read.
+pub fn mysql_row(data: &[u8]) {
+    sql_row(
+        data,
+        |token, fingerprint, state, payload, lease_left, retain_left| {
+            let state = i8::try_from(state).ok()?;
+            Some(idem_mysql::fuzzing::decode_columns(
+                token,
+                fingerprint,
+                state,
+                payload,
+                lease_left,
+                retain_left,
+            ))
+        },
+    );
+}
+
+/// The columns a SQL store reads, decoded by `decode` (`None`: no row of
+/// the store's table holds these values), then checked: refused as corrupt,
+/// or read back exactly.
+fn sql_row(
+    data: &[u8],
+    decode: impl FnOnce(
+        &[u8],
+        &[u8],
+        i16,
+        Vec<u8>,
+        Option<i64>,
+        i64,
+    ) -> Option<Result<Record, StoreError>>,
+) {
     let mut input = Reader(data);
     let columns = (|| {
         let token = input.short()?;
@@ -150,14 +198,16 @@ pub fn postgres_row(data: &[u8]) {
     if retain_left <= 0 {
         return;
     }
-    let decoded = idem_postgres::fuzzing::decode_columns(
+    let Some(decoded) = decode(
         token,
         fingerprint,
         state,
         payload.to_vec(),
         lease_left,
         retain_left,
-    );
+    ) else {
+        return;
+    };
     let record = match decoded {
         Ok(record) => record,
         Err(error) => return assert_corrupt(&error),
@@ -177,7 +227,15 @@ pub fn postgres_row(data: &[u8]) {
 
 /// Rows as the PostgreSQL store binds them, with their durations left.
 pub(crate) fn postgres_seeds() -> Vec<Vec<u8>> {
-    let micros = idem_postgres::fuzzing::micros;
+    sql_seeds(idem_postgres::fuzzing::micros)
+}
+
+/// Rows as the MariaDB store binds them, with their durations left.
+pub(crate) fn mysql_seeds() -> Vec<Vec<u8>> {
+    sql_seeds(idem_mysql::fuzzing::micros)
+}
+
+fn sql_seeds(micros: fn(Duration) -> i64) -> Vec<Vec<u8>> {
     samples()
         .iter()
         .map(|record| {

@@ -142,6 +142,9 @@
 //! name or an unsupported server a config one.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod row;
 mod store;
 mod table;

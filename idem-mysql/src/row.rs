@@ -24,19 +24,31 @@ pub(crate) fn micros(duration: Duration) -> i64 {
 /// retain_left` (the last two in microseconds).
 pub(crate) fn record(row: &MySqlRow) -> Result<Record, StoreError> {
     let token: &[u8] = row.try_get(0).map_err(error)?;
-    let token = Token::try_from(token).map_err(|e| corrupt(e.to_string()))?;
     let fingerprint: &[u8] = row.try_get(1).map_err(error)?;
+    let code: i8 = row.try_get(2).map_err(error)?;
+    let payload: Vec<u8> = row.try_get(3).map_err(error)?;
+    let lease_left: Option<i64> = row.try_get(4).map_err(error)?;
+    let retain_left: i64 = row.try_get(5).map_err(error)?;
+    columns(token, fingerprint, code, payload, lease_left, retain_left)
+}
+
+/// Decodes a record from its columns' values, as read from a row.
+pub(crate) fn columns(
+    token: &[u8],
+    fingerprint: &[u8],
+    code: i8,
+    payload: Vec<u8>,
+    lease_left: Option<i64>,
+    retain_left: i64,
+) -> Result<Record, StoreError> {
+    let token = Token::try_from(token).map_err(|e| corrupt(e.to_string()))?;
     // 32 bytes are a scheme-1 fingerprint; later schemes add their number
     // in front (see `Fingerprint::stored`).
     let fingerprint = Fingerprint::try_from(fingerprint).map_err(|e| corrupt(e.to_string()))?;
-    let code: i8 = row.try_get(2).map_err(error)?;
     let state = u8::try_from(code)
         .ok()
         .and_then(State::from_u8)
         .ok_or_else(|| corrupt(format!("state {code} is not 0, 1 or 2")))?;
-    let payload: Vec<u8> = row.try_get(3).map_err(error)?;
-    let lease_left: Option<i64> = row.try_get(4).map_err(error)?;
-    let retain_left: i64 = row.try_get(5).map_err(error)?;
     Ok(Record {
         token,
         fingerprint,
