@@ -137,7 +137,7 @@ enum Move {
 
 async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move) {
     let store = fixture.store();
-    const KEYS: usize = 16;
+    const KEYS: usize = 48;
     let lease = Duration::from_millis(50);
     let name = |n: usize| key(&format!("late-owner-{owner_move:?}-{n}"));
     let mut owners = Vec::new();
@@ -154,8 +154,17 @@ async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move) {
         let heir = Token::random();
         for recover in [false, true] {
             let (store, barrier, key) = (Arc::clone(&store), Arc::clone(&barrier), name(n));
+            // Each key's two racers start a different number of scheduler
+            // turns after the barrier (all nine pairs of 0, 1 and 2 turns
+            // occur), so a store that checks, yields and then writes meets
+            // the other racer between the two on some key, whatever order
+            // the runtime wakes the tasks in.
+            let turns = if recover { (n / 3) % 3 } else { n % 3 };
             tasks.spawn(async move {
                 barrier.wait().await;
+                for _ in 0..turns {
+                    tokio::task::yield_now().await;
+                }
                 let won = if recover {
                     ok(
                         store
