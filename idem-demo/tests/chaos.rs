@@ -25,7 +25,7 @@ fn chaos(store: Option<&str>) -> (bool, String) {
             "--clients",
             "8",
             "--payments",
-            "150",
+            "400",
         ])
         .args(["--give-up-after-secs", "30", "--quiet"]);
     if let Some(store) = store {
