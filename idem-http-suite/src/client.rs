@@ -55,7 +55,7 @@ pub async fn problem(response: reqwest::Response, status: u16) -> String {
 /// The headers a replay must repeat: all but the connection's own and the
 /// ones never recorded.
 pub fn replayable(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
-    headers
+    let mut replayable = headers
         .iter()
         .filter(|(name, _)| {
             ![
@@ -67,7 +67,12 @@ pub fn replayable(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
             .contains(&name.as_str())
         })
         .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect()
+        .collect::<Vec<_>>();
+    // Field lines with different names carry no order (RFC 9110 §5.3), and
+    // actix-web keeps its header map in hash order; the lines of one name do,
+    // so the sort is stable.
+    replayable.sort_by(|a, b| a.0.cmp(&b.0));
+    replayable
 }
 
 /// Sends raw bytes and reads the answer until the server closes.
