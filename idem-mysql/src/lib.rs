@@ -142,20 +142,20 @@
 //! name or an unsupported server a config one.
 #![forbid(unsafe_code)]
 
+mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-mod row;
+mod schema;
 mod store;
-mod table;
 
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
 pub mod raw;
 
+pub use schema::DEFAULT_TABLE;
 pub use sqlx;
 pub use store::MySqlStore;
-pub use table::DEFAULT_TABLE;
 
 /// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
 pub(crate) const BACKEND: &str = "mysql";

@@ -110,21 +110,21 @@
 //! table or a bad name a config one.
 #![forbid(unsafe_code)]
 
+mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-mod row;
+mod schema;
 mod store;
-mod table;
 mod tx;
 
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
 pub mod raw;
 
+pub use schema::DEFAULT_TABLE;
 pub use sqlx;
 pub use store::PostgresStore;
-pub use table::DEFAULT_TABLE;
 pub use tx::TxFuture;
 
 /// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.

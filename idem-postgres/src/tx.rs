@@ -10,7 +10,7 @@ use serde::Serialize;
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
 
-use crate::row::error;
+use crate::error::error;
 use crate::store::bind_record;
 use crate::{PostgresStore, BACKEND};
 
