@@ -2,22 +2,16 @@
 
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Record, State, StoreError, Token};
+use idem_core::{Record, StoreError};
 use sqlx::mysql::{MySqlDatabaseError, MySqlRow};
 use sqlx::Row;
 
 use crate::BACKEND;
 
-// Longer durations mean "as long as the database can count" rather than an
-// out-of-range date error, as `MemoryStore` does. `DATETIME` ends in the
-// year 9999, far beyond now plus a century.
-const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// A duration in whole microseconds, rounded up so that a non-zero lease
-/// never becomes a zero one.
+/// never becomes a zero one (see [`idem_sql::micros`]).
 pub(crate) fn micros(duration: Duration) -> i64 {
-    let micros = duration.min(LONGEST).as_nanos().div_ceil(1_000);
-    i64::try_from(micros).unwrap_or(i64::MAX)
+    idem_sql::micros(duration)
 }
 
 /// Decodes the columns `token, fingerprint, state, payload, lease_left,
@@ -41,32 +35,15 @@ pub(crate) fn columns(
     lease_left: Option<i64>,
     retain_left: i64,
 ) -> Result<Record, StoreError> {
-    let token = Token::try_from(token).map_err(|e| corrupt(e.to_string()))?;
-    // 32 bytes are a scheme-1 fingerprint; later schemes add their number
-    // in front (see `Fingerprint::stored`).
-    let fingerprint = Fingerprint::try_from(fingerprint).map_err(|e| corrupt(e.to_string()))?;
-    let state = u8::try_from(code)
-        .ok()
-        .and_then(State::from_u8)
-        .ok_or_else(|| corrupt(format!("state {code} is not 0, 1 or 2")))?;
-    Ok(Record {
+    idem_sql::record(
+        BACKEND,
         token,
         fingerprint,
-        state,
+        code.into(),
         payload,
-        // An in-flight row without a lease deadline counts as lapsed, so its
-        // key can be taken over instead of staying blocked until retention.
-        lease_remaining: (state == State::InFlight).then(|| left(lease_left.unwrap_or(0))),
-        retention_remaining: left(retain_left),
-    })
-}
-
-fn left(micros: i64) -> Duration {
-    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
-}
-
-fn corrupt(why: String) -> StoreError {
-    StoreError::corrupt(BACKEND, why)
+        lease_left,
+        retain_left,
+    )
 }
 
 /// The server's error number, if `error` is one the server sent.
@@ -92,23 +69,14 @@ pub(crate) fn is_deadlock(error: &sqlx::Error) -> bool {
 /// RETURNING` is configuration; everything else (lost connections,
 /// timeouts, failed statements) is the backend's.
 pub(crate) fn error(error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => StoreError::corrupt(BACKEND, error),
-        sqlx::Error::Configuration(_) => StoreError::config(BACKEND, error),
-        // 1146 ER_NO_SUCH_TABLE, 1049 ER_BAD_DB_ERROR: the table was never
-        // migrated, or the name points elsewhere.
-        _ if matches!(number(&error), Some(1146 | 1049)) => StoreError::config(BACKEND, error),
+    match number(&error) {
         // 1064 ER_PARSE_ERROR: the statements are fixed and valid on
         // MariaDB 10.5+, so a parse error means a server without
         // `INSERT … RETURNING` (MySQL, older MariaDB).
-        _ if number(&error) == Some(1064) => {
-            StoreError::config(BACKEND, UnsupportedServer { source: error })
-        }
-        _ => StoreError::backend(BACKEND, error),
+        Some(1064) => StoreError::config(BACKEND, UnsupportedServer { source: error }),
+        // 1146 ER_NO_SUCH_TABLE, 1049 ER_BAD_DB_ERROR: the table was never
+        // migrated, or the name points elsewhere.
+        code => idem_sql::store_error(BACKEND, error, matches!(code, Some(1146 | 1049))),
     }
 }
 
@@ -130,27 +98,5 @@ impl std::fmt::Display for UnsupportedServer {
 impl std::error::Error for UnsupportedServer {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.source)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_round_up_to_whole_microseconds_and_saturate() {
-        assert_eq!(micros(Duration::from_millis(250)), 250_000);
-        assert_eq!(micros(Duration::from_nanos(1)), 1);
-        assert_eq!(micros(Duration::ZERO), 0);
-        assert_eq!(
-            micros(Duration::MAX),
-            i64::try_from(LONGEST.as_micros()).unwrap()
-        );
-    }
-
-    #[test]
-    fn negative_remaining_times_are_zero() {
-        assert_eq!(left(-5), Duration::ZERO);
-        assert_eq!(left(1_500), Duration::from_micros(1_500));
     }
 }

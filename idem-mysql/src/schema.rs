@@ -1,10 +1,8 @@
 //! The table name, checked once, and every SQL statement built from it once.
 //!
 //! The name is the only text ever spliced into SQL, and only after it has
-//! passed [`TableName::parse`]: every value a caller supplies at run time
+//! passed `TableName::parse` (`idem-sql`'s rules): every value a caller supplies at run time
 //! (keys, tokens, payloads, durations) travels as a bound parameter.
-
-use idem_core::StoreError;
 
 use crate::BACKEND;
 
@@ -15,87 +13,21 @@ pub const DEFAULT_TABLE: &str = "idem_records";
 /// names longer than 64 characters.
 pub(crate) const MAX_PART_LEN: usize = 64;
 
+/// How MariaDB names are checked and quoted: `` `database`.`table` ``.
+#[derive(Debug)]
+pub(crate) struct Names;
+
+impl idem_sql::Dialect for Names {
+    const BACKEND: &'static str = BACKEND;
+    const QUOTE: char = '`';
+    const QUALIFIER: &'static str = "database";
+    const MAX_QUALIFIER: usize = MAX_PART_LEN;
+    const MAX_TABLE: usize = MAX_PART_LEN;
+    const DEFAULT_TABLE: &'static str = DEFAULT_TABLE;
+}
+
 /// A validated, optionally database-qualified table name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TableName {
-    database: Option<String>,
-    table: String,
-}
-
-impl Default for TableName {
-    fn default() -> TableName {
-        TableName {
-            database: None,
-            table: DEFAULT_TABLE.to_owned(),
-        }
-    }
-}
-
-impl TableName {
-    /// Accepts `table` or `database.table`, each part a plain identifier: an
-    /// ASCII letter or `_`, then ASCII letters, digits or `_`. Anything else
-    /// (backticks, quotes, spaces, semicolons, an empty part, a third part)
-    /// is a configuration error, so no input can change the statements'
-    /// meaning.
-    pub(crate) fn parse(name: &str) -> Result<TableName, StoreError> {
-        let refuse = |why: &str| {
-            StoreError::config(
-                BACKEND,
-                format!("invalid table name {name:?}: {why}; expected `table` or `database.table` made of ASCII letters, digits and `_`"),
-            )
-        };
-        let mut parts = name.split('.');
-        let (database, table) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(table), None, None) => (None, table),
-            (Some(database), Some(table), None) => (Some(database), table),
-            _ => return Err(refuse("more than one `.`")),
-        };
-        if let Some(database) = database {
-            check_identifier(database).map_err(|why| refuse(&why))?;
-        }
-        check_identifier(table).map_err(|why| refuse(&why))?;
-        Ok(TableName {
-            database: database.map(str::to_owned),
-            table: table.to_owned(),
-        })
-    }
-
-    /// The name as the caller wrote it.
-    pub(crate) fn display(&self) -> String {
-        match &self.database {
-            Some(database) => format!("{database}.{}", self.table),
-            None => self.table.clone(),
-        }
-    }
-
-    /// The quoted, qualified name to splice into SQL. Backticks let reserved
-    /// words such as `order` be table names; validation already ruled out
-    /// backticks inside.
-    fn quoted(&self) -> String {
-        match &self.database {
-            Some(database) => format!("`{database}`.`{}`", self.table),
-            None => format!("`{}`", self.table),
-        }
-    }
-}
-
-fn check_identifier(part: &str) -> Result<(), String> {
-    let mut chars = part.chars();
-    match chars.next() {
-        None => return Err("a part is empty".to_owned()),
-        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => {
-            return Err(format!("{part:?} must start with an ASCII letter or `_`"))
-        }
-        Some(_) => {}
-    }
-    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
-        return Err(format!("{part:?} contains {c:?}"));
-    }
-    if part.len() > MAX_PART_LEN {
-        return Err(format!("{part:?} is longer than {MAX_PART_LEN} characters"));
-    }
-    Ok(())
-}
+pub(crate) type TableName = idem_sql::TableName<Names>;
 
 // The clock of every statement. `UTC_TIMESTAMP(6)`, like `NOW(6)`, is fixed
 // at the start of the statement, so a record's liveness test and its new

@@ -1,10 +1,8 @@
 //! The table name, checked once, and every SQL statement built from it once.
 //!
 //! The name is the only text ever spliced into SQL, and only after it has
-//! passed [`TableName::parse`]: every value a caller supplies at run time
+//! passed `TableName::parse` (`idem-sql`'s rules): every value a caller supplies at run time
 //! (keys, tokens, payloads, durations) travels as a bound parameter.
-
-use idem_core::StoreError;
 
 use crate::BACKEND;
 
@@ -22,91 +20,26 @@ pub(crate) const MAX_SCHEMA_LEN: usize = 63;
 
 const INDEX_SUFFIX: &str = "_retain_idx";
 
+/// How PostgreSQL names are checked and quoted: `"schema"."table"`.
+#[derive(Debug)]
+pub(crate) struct Names;
+
+impl idem_sql::Dialect for Names {
+    const BACKEND: &'static str = BACKEND;
+    const QUOTE: char = '"';
+    const QUALIFIER: &'static str = "schema";
+    const MAX_QUALIFIER: usize = MAX_SCHEMA_LEN;
+    const MAX_TABLE: usize = MAX_TABLE_LEN;
+    const DEFAULT_TABLE: &'static str = DEFAULT_TABLE;
+}
+
 /// A validated, optionally schema-qualified table name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TableName {
-    schema: Option<String>,
-    table: String,
-}
+pub(crate) type TableName = idem_sql::TableName<Names>;
 
-impl Default for TableName {
-    fn default() -> TableName {
-        TableName {
-            schema: None,
-            table: DEFAULT_TABLE.to_owned(),
-        }
-    }
-}
-
-impl TableName {
-    /// Accepts `table` or `schema.table`, each part a plain identifier: an
-    /// ASCII letter or `_`, then ASCII letters, digits or `_`. Anything else
-    /// (quotes, spaces, semicolons, an empty part, a third part) is a
-    /// configuration error, so no input can change the statements' meaning.
-    pub(crate) fn parse(name: &str) -> Result<TableName, StoreError> {
-        let refuse = |why: &str| {
-            StoreError::config(
-                BACKEND,
-                format!("invalid table name {name:?}: {why}; expected `table` or `schema.table` made of ASCII letters, digits and `_`"),
-            )
-        };
-        let mut parts = name.split('.');
-        let (schema, table) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(table), None, None) => (None, table),
-            (Some(schema), Some(table), None) => (Some(schema), table),
-            _ => return Err(refuse("more than one `.`")),
-        };
-        if let Some(schema) = schema {
-            check_identifier(schema, MAX_SCHEMA_LEN).map_err(|why| refuse(&why))?;
-        }
-        check_identifier(table, MAX_TABLE_LEN).map_err(|why| refuse(&why))?;
-        Ok(TableName {
-            schema: schema.map(str::to_owned),
-            table: table.to_owned(),
-        })
-    }
-
-    /// The name as the caller wrote it.
-    pub(crate) fn display(&self) -> String {
-        match &self.schema {
-            Some(schema) => format!("{schema}.{}", self.table),
-            None => self.table.clone(),
-        }
-    }
-
-    /// The quoted, qualified name to splice into SQL. Quoting keeps the
-    /// name exactly as given (case included) and lets reserved words such as
-    /// `order` be table names; validation already ruled out quotes inside.
-    fn quoted(&self) -> String {
-        match &self.schema {
-            Some(schema) => format!("\"{schema}\".\"{}\"", self.table),
-            None => format!("\"{}\"", self.table),
-        }
-    }
-
-    /// The index name, unqualified: PostgreSQL creates an index in its
-    /// table's schema.
-    fn index(&self) -> String {
-        format!("\"{}{INDEX_SUFFIX}\"", self.table)
-    }
-}
-
-fn check_identifier(part: &str, max: usize) -> Result<(), String> {
-    let mut chars = part.chars();
-    match chars.next() {
-        None => return Err("a part is empty".to_owned()),
-        Some(c) if !(c.is_ascii_alphabetic() || c == '_') => {
-            return Err(format!("{part:?} must start with an ASCII letter or `_`"))
-        }
-        Some(_) => {}
-    }
-    if let Some(c) = chars.find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
-        return Err(format!("{part:?} contains {c:?}"));
-    }
-    if part.len() > max {
-        return Err(format!("{part:?} is longer than {max} characters"));
-    }
-    Ok(())
+/// The index name, unqualified: PostgreSQL creates an index in its table's
+/// schema.
+fn index(name: &TableName) -> String {
+    format!("\"{}{INDEX_SUFFIX}\"", name.table())
 }
 
 // The clock of every statement. `statement_timestamp()` is fixed for the
@@ -178,7 +111,7 @@ impl Statements {
                  retain_until timestamptz NOT NULL); \
                  CREATE INDEX IF NOT EXISTS {} ON {t} (retain_until)",
                 name.display(),
-                name.index()
+                index(&name)
             ),
             // One statement for the three outcomes of a claim. `seen` reads
             // a live record in the statement's snapshot without writing, so

@@ -342,10 +342,8 @@ pub enum QueueError {
 /// Whether `name` can be spliced into SQL as an identifier.
 #[cfg(feature = "postgres")]
 pub(crate) fn valid_table_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 48
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && !name.as_bytes()[0].is_ascii_digit()
+    // The SQL stores' identifier rule; 48 leaves room for the index names.
+    idem_sql::identifier(name, 48).is_ok()
 }
 
 /// A duration in whole milliseconds, saturating.
