@@ -22,7 +22,8 @@
 //!
 //! # The stores by name
 //!
-//! With the `stores` feature, `StoreKind` is the one place tests, the
+//! With the `stores` feature, `StoreKind` (from `idem-stores`, the one list
+//! of stores, with `TestStore` for what tests add) is what tests, the
 //! bench, the demo and the fault tests learn of a store: its name, the
 //! server it needs, and how to open a fresh, isolated one.
 #![forbid(unsafe_code)]
@@ -32,6 +33,7 @@ pub mod legacy;
 mod names;
 mod server;
 mod skip;
+mod sql;
 #[cfg(feature = "stores")]
 mod stores;
 
@@ -39,5 +41,6 @@ pub use cleanup::Cleanup;
 pub use names::unique_name;
 pub use server::Server;
 pub use skip::{in_ci, skip, skip_binary, CI};
+pub use sql::sql_pool;
 #[cfg(feature = "stores")]
-pub use stores::{Fresh, StoreKind, UnknownStore};
+pub use stores::{Fresh, Isolation, StoreKind, StoreUrl, TestStore, UnknownStore};

@@ -38,7 +38,7 @@ async fn race(store: &MySqlStore, key: &str, callers: usize) -> (Vec<Token>, Vec
     (winners, seen)
 }
 
-async fn store_with(connections: u32) -> Option<(MySqlStore, support::DropGuard)> {
+async fn store_with(connections: u32) -> Option<(MySqlStore, idem_testing::Cleanup)> {
     Some(support::store_in(support::pool(connections).await?).await)
 }
 

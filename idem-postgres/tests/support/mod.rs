@@ -2,12 +2,9 @@
 //! guards that drop them.
 #![allow(dead_code, unreachable_pub)]
 
-use std::time::Duration;
-
 use idem_testing::{Cleanup, Server};
 
-use idem_postgres::sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
-use idem_postgres::sqlx::Connection;
+use idem_postgres::sqlx::postgres::PgPool;
 use idem_postgres::PostgresStore;
 
 /// The server under test: `IDEM_POSTGRES_URL`, or the local one.
@@ -19,30 +16,7 @@ pub fn url() -> String {
 /// printed) when the server cannot be reached. Under `CI` an unreachable
 /// server fails the test instead.
 pub async fn pool_at(url: &str, size: u32) -> Option<PgPool> {
-    // One direct attempt first: a pool retries a refused connection until
-    // its acquire timeout, which would make skipping slow.
-    let probe = match PgConnection::connect(url).await {
-        Ok(conn) => conn.close().await,
-        Err(error) => Err(error),
-    };
-    let connected = match probe {
-        Ok(()) => {
-            PgPoolOptions::new()
-                .max_connections(size)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect(url)
-                .await
-        }
-        Err(error) => Err(error),
-    };
-    connected.map_or_else(
-        |error| {
-            idem_testing::skip(&format!(
-                "PostgreSQL at {url} is unreachable ({error}); set IDEM_POSTGRES_URL"
-            ))
-        },
-        Some,
-    )
+    idem_testing::sql_pool(Server::Postgres, url, size).await
 }
 
 /// A pool on the server under test.
