@@ -21,12 +21,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use idem_stores::StoreKind;
 
-use crate::bench::{Bench, Kind, Plan};
+use crate::bench::{Kind, Plan};
 use crate::fixture::BoxError;
 use crate::report::Report;
 use crate::runner::{Limit, Workload};
-use crate::stores::{memory, mysql, postgres, redis, sqlite};
+use crate::stores::{Opened, Places};
 
 /// Benchmarks idem's stores against the raw minimal protocol on the same
 /// server, in one process.
@@ -51,9 +52,9 @@ struct Args {
     #[arg(long)]
     quick: bool,
 
-    /// Stores to measure, comma-separated: memory, sqlite, redis, postgres,
-    /// mysql
-    /// (or `none`, with --http, for the HTTP mode alone).
+    /// Stores to measure, comma-separated, by their `idem-stores` names:
+    /// memory, sqlite, redis, postgres, mysql (or `none`, with --http, for
+    /// the HTTP mode alone).
     #[arg(
         long,
         value_delimiter = ',',
@@ -235,44 +236,28 @@ fn main() -> ExitCode {
 async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
     let mut report = Report::default();
     for store in args.stores.iter().map(|s| s.trim()) {
-        if !matches!(
-            store,
-            "memory" | "sqlite" | "redis" | "postgres" | "mysql" | "none" | ""
-        ) {
-            return Err(format!("unknown store {store:?}").into());
+        if !matches!(store, "none" | "") {
+            store.parse::<StoreKind>()?;
         }
     }
     eprintln!("idem-bench: {plan:?}");
-    for name in ["memory", "sqlite", "redis", "postgres", "mysql"] {
+    let places = Places {
+        redis_url: &args.redis_url,
+        postgres_url: &args.postgres_url,
+        mysql_url: &args.mysql_url,
+        sqlite_dir: args.sqlite_dir.as_deref(),
+    };
+    for kind in StoreKind::ALL {
+        let name = kind.name();
         if !args.wants(name) {
             continue;
         }
-        let bench: Box<dyn Bench> = match name {
-            "memory" => Box::new(memory::MemoryBench),
-            "sqlite" => {
-                Box::new(sqlite::SqliteBench::open(args.sqlite_dir.as_deref(), &plan.tag).await?)
+        let bench = match stores::open(kind, places, &plan.tag).await? {
+            Opened::Bench(bench) => bench,
+            Opened::Skipped(url, reason) => {
+                skip(&mut report, name, &url, &reason);
+                continue;
             }
-            "redis" => match redis::RedisBench::connect(&args.redis_url, &plan.tag).await {
-                Ok(bench) => Box::new(bench),
-                Err(reason) => {
-                    skip(&mut report, "redis", &args.redis_url, &reason);
-                    continue;
-                }
-            },
-            "mysql" => match mysql::MySqlBench::connect(&args.mysql_url, &plan.tag).await {
-                Ok(bench) => Box::new(bench),
-                Err(reason) => {
-                    skip(&mut report, "mysql", &args.mysql_url, &reason);
-                    continue;
-                }
-            },
-            _ => match postgres::PostgresBench::connect(&args.postgres_url, &plan.tag).await {
-                Ok(bench) => Box::new(bench),
-                Err(reason) => {
-                    skip(&mut report, "postgres", &args.postgres_url, &reason);
-                    continue;
-                }
-            },
         };
         eprintln!("idem-bench: measuring {name}");
         let measured = bench::measure(bench.as_ref(), plan, &mut report).await;

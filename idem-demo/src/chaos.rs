@@ -109,7 +109,7 @@ pub async fn storm_with_chaos(
     let mut server = Server {
         exe,
         addr,
-        store: store_arg(spec),
+        store: spec.to_arg(),
         child: None,
     };
     server.spawn().map_err(StormError::Serve)?;
@@ -145,12 +145,4 @@ pub async fn storm_with_chaos(
         storm: report,
         kills: done,
     })
-}
-
-fn store_arg(spec: &StoreSpec) -> String {
-    match spec {
-        StoreSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
-        StoreSpec::Postgres(url) | StoreSpec::Redis(url) | StoreSpec::MySql(url) => url.clone(),
-        StoreSpec::Memory => "memory".to_owned(),
-    }
 }

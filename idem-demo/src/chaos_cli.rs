@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use idem_demo::{storm_with_chaos, ChargeBook, StoreSpec, StormConfig};
+use idem_demo::{storm_with_chaos, ChargeBook, StoreKind, StoreSpec, StormConfig};
 
 /// The charge book of `spec` when its charges can live in its database.
 pub(crate) async fn open_book(spec: &StoreSpec) -> Result<Option<ChargeBook>, ExitCode> {
@@ -17,13 +17,15 @@ pub(crate) async fn open_book(spec: &StoreSpec) -> Result<Option<ChargeBook>, Ex
 /// temporary SQLite file.
 pub(crate) async fn storm(spec: Option<StoreSpec>, kills: usize, config: &StormConfig) -> ExitCode {
     let (spec, _dir) = match spec {
-        Some(spec @ (StoreSpec::Sqlite(_) | StoreSpec::Postgres(_))) => (spec, None),
+        Some(spec) if matches!(spec.kind(), StoreKind::Sqlite | StoreKind::Postgres) => {
+            (spec, None)
+        }
         Some(other) => {
             eprintln!("storm: --chaos needs a store that survives a restart (sqlite: or postgres://), not {other}");
             return ExitCode::from(2);
         }
         None => match tempfile::tempdir() {
-            Ok(dir) => (StoreSpec::Sqlite(dir.path().join("chaos.db")), Some(dir)),
+            Ok(dir) => (StoreSpec::sqlite(dir.path().join("chaos.db")), Some(dir)),
             Err(e) => {
                 eprintln!("storm: cannot make a temporary directory: {e}");
                 return ExitCode::from(2);

@@ -41,5 +41,5 @@ pub use ledger::{Charge, Gateway, Ledger};
 pub use payments::{router_in_db, ChargeBook};
 pub use report::Report;
 pub use server::{RunningServer, DEFAULT_GATEWAY_LATENCY};
-pub use store::{StoreSpec, StoreSpecError};
+pub use store::{StoreKind, StoreSpec, StoreSpecError};
 pub use storm::{run_storm, storm_in_process, StormConfig, StormError};

@@ -163,7 +163,7 @@ async fn storm(args: StormArgs) -> ExitCode {
             let (spec, _dir) = match args.store {
                 Some(spec) => (spec, None),
                 None => match tempfile::tempdir() {
-                    Ok(dir) => (StoreSpec::Sqlite(dir.path().join("storm.db")), Some(dir)),
+                    Ok(dir) => (StoreSpec::sqlite(dir.path().join("storm.db")), Some(dir)),
                     Err(e) => {
                         eprintln!("storm: cannot make a temporary directory: {e}");
                         return ExitCode::from(2);

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::StoreSpec;
+use crate::store::{StoreKind, StoreSpec};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -324,13 +324,13 @@ impl StoreSpec {
     /// that can write a charge in the same transaction as its record
     /// (SQLite and PostgreSQL); `None` for the others.
     pub async fn open_book(&self) -> Result<Option<ChargeBook>, StoreError> {
-        let book = match self {
-            StoreSpec::Sqlite(path) => ChargeBook::Sqlite {
+        let book = match (self.kind(), self.path()) {
+            (StoreKind::Sqlite, Some(path)) => ChargeBook::Sqlite {
                 store: SqliteStore::open(path).await?,
-                path: path.clone(),
+                path: path.to_owned(),
             },
-            StoreSpec::Postgres(url) => {
-                let store = PostgresStore::connect(url).await?;
+            (StoreKind::Postgres, _) => {
+                let store = PostgresStore::connect(self.location()).await?;
                 store.migrate().await?;
                 ChargeBook::Postgres(store)
             }

@@ -92,7 +92,7 @@ fn a_storm_over_postgres_survives_kill_9_with_every_payment_charged_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_outlives_a_restart_and_a_retry_replays() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = StoreSpec::Sqlite(dir.path().join("ledger.db"));
+    let spec = StoreSpec::sqlite(dir.path().join("ledger.db"));
     let addr = SocketAddr::from(([127, 0, 0, 1], 0));
     let start = || async {
         let book = spec

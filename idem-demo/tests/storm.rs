@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idem_core::Store;
 use idem_demo::{storm_in_process, Report, StormConfig};
-use idem_sqlite::SqliteStore;
+use idem_testing::{StoreKind, TestStore};
 
 /// A storm small enough for a test run, with a fixed seed so that its plans
 /// (races, drops, retries, altered bodies) are the same every time.
@@ -41,18 +41,29 @@ fn assert_exactly_once(report: &Report) {
     assert!(report.requests > 2 * report.intended as u64, "{report}");
 }
 
+/// Every store of the one list (`idem-stores`, through `idem-testing`),
+/// each storm on a fresh file, prefix or table, side by side; a store whose
+/// server is unreachable is skipped with a printed reason (a failure under
+/// `CI`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storm_over_sqlite_charges_every_payment_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("storm.db"))
-        .await
-        .unwrap();
-    assert_exactly_once(&storm(Arc::new(store)).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storm_over_the_memory_store_charges_every_payment_exactly_once() {
-    assert_exactly_once(&storm(Arc::new(idem_core::MemoryStore::new())).await);
+async fn a_storm_over_every_store_charges_every_payment_exactly_once() {
+    let mut storms = tokio::task::JoinSet::new();
+    for kind in StoreKind::ALL {
+        storms.spawn(async move {
+            let Some(fresh) = kind.fresh().await else {
+                return;
+            };
+            println!("storm over {kind}");
+            let report = storm(fresh.store).await;
+            drop(fresh.guard);
+            assert_exactly_once(&report);
+        });
+    }
+    while let Some(storm) = storms.join_next().await {
+        if let Err(failed) = storm {
+            std::panic::resume_unwind(failed.into_panic());
+        }
+    }
 }
 
 #[test]
@@ -71,78 +82,4 @@ fn the_storm_command_exits_zero_when_exactly_once_holds() {
     );
     assert!(stdout.contains("charges intended"), "{stdout}");
     assert!(stdout.contains("exactly once"), "{stdout}");
-}
-
-/// The server at `url` from `var`, or `None` with a printed reason; a
-/// missing server fails instead when `CI` is set.
-fn server(var: &str, default: &str, port: u16) -> Option<String> {
-    let url = std::env::var(var).unwrap_or_else(|_| default.to_owned());
-    if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() || std::env::var(var).is_ok() {
-        return Some(url);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{url} is not reachable and CI is set"
-    );
-    eprintln!("skipping: {url} is not reachable");
-    None
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storm_over_redis_charges_every_payment_exactly_once() {
-    let Some(url) = server("IDEM_REDIS_URL", "redis://127.0.0.1:6379", 6379) else {
-        return;
-    };
-    let prefix = format!("idem-demo-test:{:016x}:", rand::random::<u64>());
-    let store = idem_redis::RedisStore::connect(url.as_str())
-        .await
-        .unwrap()
-        .with_prefix(prefix);
-    assert_exactly_once(&storm(Arc::new(store)).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storm_over_postgres_charges_every_payment_exactly_once() {
-    let Some(url) = server(
-        "IDEM_POSTGRES_URL",
-        "postgres://root@127.0.0.1:5432/test",
-        5432,
-    ) else {
-        return;
-    };
-    let table = format!("idem_demo_test_{:016x}", rand::random::<u64>());
-    let store = idem_postgres::PostgresStore::connect(&url)
-        .await
-        .unwrap()
-        .with_table(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    let pool = store.pool().clone();
-    let report = storm(Arc::new(store)).await;
-    idem_postgres::sqlx::query(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    assert_exactly_once(&report);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storm_over_mariadb_charges_every_payment_exactly_once() {
-    let Some(url) = server("IDEM_MYSQL_URL", "mysql://root@127.0.0.1:3306/test", 3306) else {
-        return;
-    };
-    let table = format!("idem_demo_test_{:016x}", rand::random::<u64>());
-    let store = idem_mysql::MySqlStore::connect(&url)
-        .await
-        .unwrap()
-        .with_table(&table)
-        .unwrap();
-    store.migrate().await.unwrap();
-    let pool = store.pool().clone();
-    let report = storm(Arc::new(store)).await;
-    idem_mysql::sqlx::raw_sql(&format!("DROP TABLE {table}"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    assert_exactly_once(&report);
 }

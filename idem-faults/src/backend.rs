@@ -1,106 +1,90 @@
 //! The stores under test, described so that a worker process can open the
-//! same one: a SQLite file, a Redis key prefix, a PostgreSQL or MariaDB
-//! table.
+//! same one: any store of `idem-stores`' list, where it is (a server's URL,
+//! a file's path) and the name that isolates this test (a key prefix, a
+//! table).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use idem_core::{Store, StoreError};
-use idem_testing::Server;
+use idem_testing::{Fresh, Server, StoreKind};
 
 /// One store, as every process of a test opens it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
-    /// A SQLite file.
-    Sqlite(PathBuf),
-    /// A Redis server and the key prefix that isolates this test.
-    Redis {
-        /// The server's URL.
-        url: String,
-        /// The key prefix.
-        prefix: String,
-    },
-    /// A PostgreSQL database and the table that isolates this test.
-    Postgres {
-        /// The database's URL.
-        url: String,
-        /// The table.
-        table: String,
-    },
-    /// A MariaDB database and the table that isolates this test.
-    MySql {
-        /// The database's URL.
-        url: String,
-        /// The table.
-        table: String,
-    },
+pub struct Backend {
+    kind: StoreKind,
+    location: String,
+    scope: String,
 }
 
 impl Backend {
-    /// The backend's short name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Sqlite(_) => "sqlite",
-            Backend::Redis { .. } => "redis",
-            Backend::Postgres { .. } => "postgres",
-            Backend::MySql { .. } => "mysql",
+    /// `kind` at `location` (a server's URL, a file's path), isolated by
+    /// `scope` (a key prefix without its `:`, or a table).
+    pub fn new(kind: StoreKind, location: impl Into<String>, scope: impl Into<String>) -> Backend {
+        Backend {
+            kind,
+            location: location.into(),
+            scope: scope.into(),
         }
     }
 
-    /// Opens the store (creating the table for PostgreSQL and MariaDB).
+    /// A SQLite file.
+    pub fn sqlite(path: impl AsRef<Path>) -> Backend {
+        Backend::new(StoreKind::Sqlite, path.as_ref().display().to_string(), "")
+    }
+
+    /// The store a [`Fresh`] holds, for other processes to open.
+    pub fn of_fresh(kind: StoreKind, fresh: &Fresh) -> Backend {
+        Backend::new(kind, fresh.location.clone(), fresh.name.clone())
+    }
+
+    /// The backend's short name.
+    pub fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// Which store.
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+
+    /// The server's URL, or the file's path.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The key prefix (without its `:`) or table that isolates this test.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The file's path, for SQLite.
+    pub fn path(&self) -> Option<PathBuf> {
+        (self.kind == StoreKind::Sqlite).then(|| PathBuf::from(&self.location))
+    }
+
+    /// Opens the store (creating the table of a SQL store).
     pub async fn open(&self) -> Result<Arc<dyn Store>, StoreError> {
-        Ok(match self {
-            Backend::Sqlite(path) => Arc::new(idem_sqlite::SqliteStore::open(path).await?),
-            Backend::Redis { url, prefix } => Arc::new(
-                idem_redis::RedisStore::connect(url.as_str())
-                    .await?
-                    .with_prefix(prefix.clone()),
-            ),
-            Backend::Postgres { url, table } => {
-                let store = idem_postgres::PostgresStore::connect(url)
-                    .await?
-                    .with_table(table)?;
-                store.migrate().await?;
-                Arc::new(store)
-            }
-            Backend::MySql { url, table } => {
-                let store = idem_mysql::MySqlStore::connect(url)
-                    .await?
-                    .with_table(table)?;
-                store.migrate().await?;
-                Arc::new(store)
-            }
-        })
+        self.kind.open(&self.location, Some(&self.scope)).await
     }
 
     /// The backend as command-line words, for a worker process.
     pub fn to_args(&self) -> Vec<String> {
-        match self {
-            Backend::Sqlite(path) => vec!["sqlite".into(), path.display().to_string()],
-            Backend::Redis { url, prefix } => vec!["redis".into(), url.clone(), prefix.clone()],
-            Backend::Postgres { url, table } => {
-                vec!["postgres".into(), url.clone(), table.clone()]
-            }
-            Backend::MySql { url, table } => vec!["mysql".into(), url.clone(), table.clone()],
-        }
+        vec![
+            self.kind.name().to_owned(),
+            self.location.clone(),
+            self.scope.clone(),
+        ]
     }
 
     /// The inverse of [`Backend::to_args`].
     pub fn from_args(args: &[String]) -> Option<Backend> {
         match args {
-            [kind, path] if kind == "sqlite" => Some(Backend::Sqlite(PathBuf::from(path))),
-            [kind, url, prefix] if kind == "redis" => Some(Backend::Redis {
-                url: url.clone(),
-                prefix: prefix.clone(),
-            }),
-            [kind, url, table] if kind == "postgres" => Some(Backend::Postgres {
-                url: url.clone(),
-                table: table.clone(),
-            }),
-            [kind, url, table] if kind == "mysql" => Some(Backend::MySql {
-                url: url.clone(),
-                table: table.clone(),
-            }),
+            [kind, location, scope] => Some(Backend::new(
+                kind.parse().ok()?,
+                location.clone(),
+                scope.clone(),
+            )),
             _ => None,
         }
     }
@@ -126,4 +110,23 @@ pub fn postgres_url() -> Option<String> {
 /// The MariaDB URL for tests, or `None` as for [`redis_url`].
 pub fn mysql_url() -> Option<String> {
     Server::MySql.require()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_survives_the_command_line() {
+        for backend in [
+            Backend::sqlite("/tmp/x.db"),
+            Backend::new(StoreKind::Redis, "redis://h:1", "p"),
+            Backend::new(StoreKind::MySql, "mysql://u@h/db", "t"),
+        ] {
+            assert_eq!(Backend::from_args(&backend.to_args()), Some(backend));
+        }
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(Backend::from_args(&words(&["mongo", "x", "y"])), None);
+        assert_eq!(Backend::from_args(&words(&["redis", "x"])), None);
+    }
 }

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use idem_faults::crash::{self, Trial};
-use idem_faults::{mysql_url, postgres_url, redis_url, unique_name, Backend};
+use idem_faults::{unique_name, Backend};
+use idem_testing::{Isolation, StoreKind, TestStore};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -29,11 +30,21 @@ fn trial() -> Trial {
     }
 }
 
-async fn trials(backend: impl Fn(&Path) -> Backend) {
+async fn trials(kind: StoreKind) {
     let exe = Path::new(env!("CARGO_BIN_EXE_fault-worker"));
     for n in 0..env_number("IDEM_CRASH_TRIALS", 1) {
         let dir = tempfile::tempdir().unwrap();
-        let backend = backend(dir.path());
+        // A shared store: a file every worker opens, or a prefix or table
+        // on the server, removed when `_guard` drops.
+        let (backend, _guard) = match kind.server() {
+            None => (Backend::sqlite(dir.path().join("idem.db")), None),
+            Some(server) => {
+                let Some(url) = server.require() else { return };
+                let scope = unique_name("crash");
+                let guard = server.cleanup(&url, kind.isolation(), &scope);
+                (Backend::new(kind, url, scope), Some(guard))
+            }
+        };
         let outcome = crash::run(exe, &backend, &trial(), dir.path())
             .await
             .unwrap_or_else(|broken| panic!("{} trial {n}: {broken}", backend.name()));
@@ -47,70 +58,22 @@ async fn trials(backend: impl Fn(&Path) -> Backend) {
             "no work was done: {outcome:?}"
         );
         assert_eq!(outcome.keys_completed, trial().keys as usize);
-        cleanup(&backend).await;
     }
 }
 
-async fn cleanup(backend: &Backend) {
-    match backend {
-        Backend::Sqlite(_) => {}
-        Backend::Redis { url, prefix } => {
-            use idem_redis::redis::AsyncCommands;
-            let client = idem_redis::redis::Client::open(url.as_str()).unwrap();
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            let keys: Vec<Vec<u8>> = conn.keys(format!("{prefix}*")).await.unwrap();
-            if !keys.is_empty() {
-                let _: () = conn.del(keys).await.unwrap();
-            }
-        }
-        Backend::Postgres { url, table } => {
-            let pool = idem_postgres::sqlx::PgPool::connect(url).await.unwrap();
-            idem_postgres::sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
-        Backend::MySql { url, table } => {
-            let pool = idem_mysql::sqlx::MySqlPool::connect(url).await.unwrap();
-            idem_mysql::sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
-                .execute(&pool)
-                .await
-                .unwrap();
+/// Every store whose records outlive a process (all but memory), its trials
+/// run side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_survives_workers_killed_at_random_points() {
+    let mut runs = tokio::task::JoinSet::new();
+    for kind in StoreKind::ALL {
+        if kind.isolation() != Isolation::Process {
+            runs.spawn(trials(kind));
         }
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_survives_workers_killed_at_random_points() {
-    trials(|dir| Backend::Sqlite(dir.join("idem.db"))).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_survives_workers_killed_at_random_points() {
-    let Some(url) = redis_url() else { return };
-    trials(|_| Backend::Redis {
-        url: url.clone(),
-        prefix: format!("{}:", unique_name("crash")),
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_survives_workers_killed_at_random_points() {
-    let Some(url) = postgres_url() else { return };
-    trials(|_| Backend::Postgres {
-        url: url.clone(),
-        table: unique_name("crash"),
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_survives_workers_killed_at_random_points() {
-    let Some(url) = mysql_url() else { return };
-    trials(|_| Backend::MySql {
-        url: url.clone(),
-        table: unique_name("crash"),
-    })
-    .await;
+    while let Some(run) = runs.join_next().await {
+        if let Err(failed) = run {
+            std::panic::resume_unwind(failed.into_panic());
+        }
+    }
 }

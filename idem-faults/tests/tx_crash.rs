@@ -24,6 +24,7 @@ use idem_core::{Begin, Error, Fingerprint, Idempotent, Lease};
 use idem_faults::{postgres_url, unique_name, Backend};
 use idem_postgres::PostgresStore;
 use idem_sqlite::{Settle, SqliteStore};
+use idem_testing::StoreKind;
 use rand::Rng;
 
 const POINTS: [&str; 5] = [
@@ -187,10 +188,7 @@ fn sqlite_rows(path: &std::path::Path, charges: &str) -> HashMap<String, Vec<Str
 async fn postgres_kill_9_at_every_point_loses_and_duplicates_no_business_row() {
     let Some(url) = postgres_url() else { return };
     let (store, table, charges) = pg_fixture(&url).await;
-    let backend = Backend::Postgres {
-        url,
-        table: table.clone(),
-    };
+    let backend = Backend::new(StoreKind::Postgres, url, table.clone());
     kill_trials(backend, &charges, || pg_rows(&store, &charges)).await;
     pg_drop(&store, &table, &charges).await;
 }
@@ -205,7 +203,7 @@ async fn sqlite_kill_9_at_every_point_loses_and_duplicates_no_business_row() {
         .unwrap()
         .execute_batch("CREATE TABLE charges (key TEXT NOT NULL, nonce TEXT NOT NULL)")
         .unwrap();
-    let backend = Backend::Sqlite(path.clone());
+    let backend = Backend::sqlite(&path);
     let rows_path = path.clone();
     kill_trials(backend, charges, || {
         let path = rows_path.clone();

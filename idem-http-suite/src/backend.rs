@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use idem_core::{Idempotent, Store};
 use idem_http::Options;
-use idem_testing::{unique_name, Cleanup, StoreKind};
+use idem_testing::{unique_name, Cleanup, StoreKind, TestStore};
 
 /// One store the cases run on, with the guard that cleans it up.
 #[derive(Debug)]

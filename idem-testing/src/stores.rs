@@ -1,29 +1,14 @@
-//! Every store by name: the one place the bench, the demo, the fault tests
-//! and the HTTP suites learn of a store.
+//! Every store by name, for tests: `idem-stores`' one list
+//! ([`StoreKind`]), with the server each needs and a fresh, isolated store
+//! of each that cleans up after itself.
 
-use std::fmt;
-use std::str::FromStr;
+use std::future::Future;
 use std::sync::Arc;
 
-use idem_core::{MemoryStore, Store, StoreError};
+use idem_core::Store;
+pub use idem_stores::{Isolation, StoreKind, StoreUrl, UnknownStore};
 
 use crate::{unique_name, Cleanup, Server};
-
-/// A store the workspace ships, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum StoreKind {
-    /// `MemoryStore`, in process.
-    Memory,
-    /// `SqliteStore`, on a file.
-    Sqlite,
-    /// `RedisStore`.
-    Redis,
-    /// `PostgresStore`.
-    Postgres,
-    /// `MySqlStore`, on MariaDB.
-    MySql,
-}
 
 /// A fresh, isolated store and the guard that cleans up after it (a key
 /// prefix, a table, a temporary file).
@@ -33,161 +18,71 @@ pub struct Fresh {
     pub store: Arc<dyn Store>,
     /// Cleans up when dropped; keep it as long as the store.
     pub guard: Cleanup,
+    /// Where it is: the server's URL, or the file's path.
+    pub location: String,
+    /// What isolates it: its key prefix (without the `:`) or table.
+    pub name: String,
 }
 
-/// A name that is no store's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownStore(pub String);
-
-impl fmt::Display for UnknownStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown store {:?}; known: ", self.0)?;
-        let names: Vec<_> = StoreKind::ALL.iter().map(|k| k.name()).collect();
-        f.write_str(&names.join(", "))
-    }
-}
-
-impl std::error::Error for UnknownStore {}
-
-impl StoreKind {
-    /// Every store, in the order reports list them.
-    pub const ALL: [StoreKind; 5] = [
-        StoreKind::Memory,
-        StoreKind::Sqlite,
-        StoreKind::Redis,
-        StoreKind::Postgres,
-        StoreKind::MySql,
-    ];
-
-    /// Its short name: `memory`, `sqlite`, `redis`, `postgres`, `mysql`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            StoreKind::Memory => "memory",
-            StoreKind::Sqlite => "sqlite",
-            StoreKind::Redis => "redis",
-            StoreKind::Postgres => "postgres",
-            StoreKind::MySql => "mysql",
-        }
-    }
-
-    /// The server it needs, if any.
-    pub const fn server(self) -> Option<Server> {
-        match self {
-            StoreKind::Memory | StoreKind::Sqlite => None,
-            StoreKind::Redis => Some(Server::Redis),
-            StoreKind::Postgres => Some(Server::Postgres),
-            StoreKind::MySql => Some(Server::MySql),
-        }
-    }
-
-    /// The store a URL names by its scheme (`redis://`, `postgres://`,
-    /// `sqlite:PATH`, `memory`), if any.
-    pub fn of_url(url: &str) -> Option<StoreKind> {
-        let scheme = url.split(':').next().unwrap_or("");
-        match scheme {
-            "memory" => Some(StoreKind::Memory),
-            "sqlite" => Some(StoreKind::Sqlite),
-            "redis" | "rediss" => Some(StoreKind::Redis),
-            "postgres" | "postgresql" => Some(StoreKind::Postgres),
-            "mysql" | "mariadb" => Some(StoreKind::MySql),
-            _ => None,
-        }
-    }
-
-    /// Opens the store at `url` (a URL of its server; a file path for
-    /// SQLite, ignored for memory) with `name` isolating it: a key prefix
-    /// or a table (created). Returns no guard: the caller owns `name`.
-    pub async fn open(self, url: &str, name: &str) -> Result<Arc<dyn Store>, StoreError> {
-        Ok(match self {
-            StoreKind::Memory => Arc::new(MemoryStore::new()),
-            StoreKind::Sqlite => Arc::new(idem_sqlite::SqliteStore::open(url).await?),
-            StoreKind::Redis => Arc::new(
-                idem_redis::RedisStore::connect(url)
-                    .await?
-                    .with_prefix(format!("{name}:")),
-            ),
-            StoreKind::Postgres => {
-                let store = idem_postgres::PostgresStore::connect(url)
-                    .await?
-                    .with_table(name)?;
-                store.migrate().await?;
-                Arc::new(store)
-            }
-            StoreKind::MySql => {
-                let store = idem_mysql::MySqlStore::connect(url)
-                    .await?
-                    .with_table(name)?;
-                store.migrate().await?;
-                Arc::new(store)
-            }
-        })
-    }
+/// What tests need of a [`StoreKind`] beyond opening it. Derived from the
+/// kind's URL schemes and [`Isolation`], so a new store needs no arm here.
+pub trait TestStore: Copy {
+    /// The server it needs, if any: the [`Server`] whose default URL names
+    /// this store.
+    fn server(self) -> Option<Server>;
 
     /// A fresh, isolated store: a temporary file, a new key prefix, a new
     /// table. `None` (after printing why) when its server is unreachable;
     /// a panic instead when `CI` is set.
-    pub async fn fresh(self) -> Option<Fresh> {
-        let name = unique_name("idem_test");
-        let fresh = match self {
-            StoreKind::Memory => Fresh {
-                store: Arc::new(MemoryStore::new()),
-                guard: Cleanup::none(),
-            },
-            StoreKind::Sqlite => {
-                let dir = tempfile::tempdir().expect("a temporary directory");
-                let path = dir.path().join("idem.db");
-                let store = self.open(&path.display().to_string(), &name).await;
-                Fresh {
-                    store: store.expect("a new SQLite file opens"),
-                    guard: Cleanup::holding(dir),
-                }
-            }
-            StoreKind::Redis => {
-                let url = Server::Redis.require()?;
-                let guard = Cleanup::redis_prefix(&url, &format!("{name}:"));
-                let store = self.open(&url, &name).await;
-                Fresh {
-                    store: store.unwrap_or_else(|e| panic!("Redis at {url}: {e}")),
-                    guard,
-                }
-            }
-            StoreKind::Postgres => {
-                let url = Server::Postgres.require()?;
-                let guard = Cleanup::postgres(&url, format!("DROP TABLE IF EXISTS {name}"));
-                let store = self.open(&url, &name).await;
-                Fresh {
-                    store: store.unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}")),
-                    guard,
-                }
-            }
-            StoreKind::MySql => {
-                let url = Server::MySql.require()?;
-                let guard = Cleanup::mysql(&url, format!("DROP TABLE IF EXISTS {name}"));
-                let store = self.open(&url, &name).await;
-                Fresh {
-                    store: store.unwrap_or_else(|e| panic!("MariaDB at {url}: {e}")),
-                    guard,
-                }
-            }
-        };
-        Some(fresh)
-    }
+    fn fresh(self) -> impl Future<Output = Option<Fresh>> + Send;
 }
 
-impl fmt::Display for StoreKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for StoreKind {
-    type Err = UnknownStore;
-
-    fn from_str(name: &str) -> Result<StoreKind, UnknownStore> {
-        StoreKind::ALL
+impl TestStore for StoreKind {
+    fn server(self) -> Option<Server> {
+        Server::ALL
             .into_iter()
-            .find(|kind| kind.name() == name)
-            .ok_or_else(|| UnknownStore(name.to_owned()))
+            .find(|server| StoreKind::of_url(server.default_url()) == Some(self))
+    }
+
+    async fn fresh(self) -> Option<Fresh> {
+        let name = unique_name("idem_test");
+        let (location, guard) = match self.server() {
+            Some(server) => {
+                let url = server.require()?;
+                let guard = server.cleanup(&url, self.isolation(), &name);
+                (url, guard)
+            }
+            None if self.isolation() == Isolation::File => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let path = dir.path().join("idem.db").display().to_string();
+                (path, Cleanup::holding(dir))
+            }
+            None => (String::new(), Cleanup::none()),
+        };
+        let store = self
+            .open(&location, Some(&name))
+            .await
+            .unwrap_or_else(|e| panic!("{self} at {location}: {e}"));
+        Some(Fresh {
+            store,
+            guard,
+            location,
+            name,
+        })
+    }
+}
+
+impl Server {
+    /// Removes what a store isolated by `name` made on this server at
+    /// `url`: the keys under `name:`, or the table `name`.
+    pub fn cleanup(self, url: &str, isolation: Isolation, name: &str) -> Cleanup {
+        let drop_table = format!("DROP TABLE IF EXISTS {name}");
+        match (self, isolation) {
+            (_, Isolation::Process | Isolation::File) => Cleanup::none(),
+            (Server::Redis, _) => Cleanup::redis_prefix(url, &format!("{name}:")),
+            (Server::Postgres, _) => Cleanup::postgres(url, drop_table),
+            (Server::MySql, _) => Cleanup::mysql(url, drop_table),
+        }
     }
 }
 
@@ -196,21 +91,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_and_urls_name_each_store_once() {
-        for kind in StoreKind::ALL {
-            assert_eq!(kind.name().parse::<StoreKind>(), Ok(kind));
-        }
-        assert!("mongo".parse::<StoreKind>().is_err());
-        assert_eq!(
-            StoreKind::of_url("postgresql://h/db"),
-            Some(StoreKind::Postgres)
-        );
-        assert_eq!(
-            StoreKind::of_url("mysql://root@h:3306/test"),
-            Some(StoreKind::MySql)
-        );
-        assert_eq!(StoreKind::of_url("sqlite:a.db"), Some(StoreKind::Sqlite));
-        assert_eq!(StoreKind::of_url("ftp://x"), None);
+    fn each_server_store_finds_its_server() {
+        assert_eq!(StoreKind::Redis.server(), Some(Server::Redis));
+        assert_eq!(StoreKind::Postgres.server(), Some(Server::Postgres));
+        assert_eq!(StoreKind::MySql.server(), Some(Server::MySql));
+        assert_eq!(StoreKind::Sqlite.server(), None);
+        assert_eq!(StoreKind::Memory.server(), None);
     }
 
     #[tokio::test]

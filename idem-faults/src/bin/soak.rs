@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use idem_conformance::{soak, Fixture, Interleavings, Soak};
 use idem_core::{MemoryStore, Store};
-use idem_faults::{mysql_url, postgres_url, redis_url, unique_name, Backend};
+use idem_faults::unique_name;
 use idem_redis::redis;
+use idem_testing::{StoreKind, TestStore};
 
 /// Soaks stores with generated interleavings.
 #[derive(Debug, Parser)]
@@ -155,17 +156,7 @@ struct Target {
 }
 
 enum Cleanup {
-    Nothing,
-    File(PathBuf),
-    RedisPrefix {
-        url: String,
-        prefix: String,
-    },
-    PostgresTable {
-        url: String,
-        table: String,
-    },
-    /// Drops the MariaDB table when dropped.
+    /// Removes the prefix, table or file when dropped.
     Guard(idem_testing::Cleanup),
     Cluster(Vec<Child>, PathBuf),
 }
@@ -173,92 +164,29 @@ enum Cleanup {
 impl Target {
     /// Opens store `name`, or prints why it cannot.
     async fn open(name: &str) -> Option<Target> {
-        let (backend, cleanup) = match name {
-            "memory" => {
-                return Some(Target {
-                    store: Arc::new(MemoryStore::new()),
-                    cleanup: Cleanup::Nothing,
-                })
-            }
-            "sqlite" => {
-                let path = std::env::temp_dir().join(format!("{}.db", unique_name("soak")));
-                (Backend::Sqlite(path.clone()), Cleanup::File(path))
-            }
-            "redis" => {
-                let url = redis_url()?;
-                let prefix = format!("{}:", unique_name("soak"));
-                let cleanup = Cleanup::RedisPrefix {
-                    url: url.clone(),
-                    prefix: prefix.clone(),
-                };
-                (Backend::Redis { url, prefix }, cleanup)
-            }
-            "postgres" => {
-                let url = postgres_url()?;
-                let table = unique_name("soak");
-                let cleanup = Cleanup::PostgresTable {
-                    url: url.clone(),
-                    table: table.clone(),
-                };
-                (Backend::Postgres { url, table }, cleanup)
-            }
-            "mysql" => {
-                let url = mysql_url()?;
-                let table = unique_name("soak");
-                let cleanup = Cleanup::Guard(idem_testing::Cleanup::mysql(
-                    &url,
-                    format!("DROP TABLE IF EXISTS {table}"),
-                ));
-                (Backend::MySql { url, table }, cleanup)
-            }
-            "cluster" => return cluster().await,
-            other => {
-                eprintln!(
-                    "unknown store {other:?}: memory, sqlite, redis, cluster, postgres or mysql"
-                );
+        if name == "cluster" {
+            return cluster().await;
+        }
+        let kind = match name.parse::<StoreKind>() {
+            Ok(kind) => kind,
+            Err(unknown) => {
+                eprintln!("{unknown}, cluster");
                 return None;
             }
         };
-        match backend.open().await {
-            Ok(store) => Some(Target { store, cleanup }),
-            Err(e) => {
-                eprintln!("cannot open {name}: {e}");
-                None
-            }
-        }
+        // A fresh prefix, table or file, removed when the guard drops.
+        let fresh = kind.fresh().await?;
+        Some(Target {
+            store: fresh.store,
+            cleanup: Cleanup::Guard(fresh.guard),
+        })
     }
 
     /// Removes what the soak wrote; a failure is printed, not fatal.
     async fn clean_up(self) {
         drop(self.store);
         match self.cleanup {
-            Cleanup::Nothing => {}
             Cleanup::Guard(guard) => drop(guard),
-            Cleanup::File(path) => {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut file = path.clone().into_os_string();
-                    file.push(suffix);
-                    let _ = std::fs::remove_file(file);
-                }
-            }
-            Cleanup::RedisPrefix { url, prefix } => {
-                if let Err(e) = delete_prefix(&url, &prefix).await {
-                    eprintln!("could not delete {prefix}* on {url}: {e}");
-                }
-            }
-            Cleanup::PostgresTable { url, table } => {
-                use idem_postgres::sqlx::{Connection, Executor, PgConnection};
-                let dropped = async {
-                    let mut connection = PgConnection::connect(&url).await?;
-                    connection
-                        .execute(format!("DROP TABLE IF EXISTS {table}").as_str())
-                        .await
-                        .map(drop)
-                };
-                if let Err(e) = dropped.await {
-                    eprintln!("could not drop table {table}: {e}");
-                }
-            }
             Cleanup::Cluster(children, dir) => {
                 for mut child in children {
                     let _ = child.kill();
@@ -267,33 +195,6 @@ impl Target {
                 let _ = std::fs::remove_dir_all(dir);
             }
         }
-    }
-}
-
-/// Deletes every key under `prefix` on the server at `url`.
-async fn delete_prefix(url: &str, prefix: &str) -> redis::RedisResult<()> {
-    let client = redis::Client::open(url)?;
-    let mut connection = client.get_multiplexed_async_connection().await?;
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut connection)
-            .await?;
-        if !keys.is_empty() {
-            redis::cmd("UNLINK")
-                .arg(keys)
-                .query_async::<()>(&mut connection)
-                .await?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
     }
 }
 

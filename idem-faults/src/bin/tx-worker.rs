@@ -17,6 +17,7 @@ use idem_core::{Error, Idempotent, Started};
 use idem_faults::Backend;
 use idem_postgres::PostgresStore;
 use idem_sqlite::{Settle, SqliteStore};
+use idem_testing::StoreKind;
 
 fn die() -> ! {
     let _ = Command::new("kill")
@@ -50,18 +51,20 @@ fn main() {
         .build()
         .expect("a runtime");
     runtime.block_on(async move {
-        let sql = match &backend {
-            Backend::Postgres { url, table } => {
-                let store = PostgresStore::connect(url)
+        let sql = match backend.kind() {
+            StoreKind::Postgres => {
+                let store = PostgresStore::connect(backend.location())
                     .await
-                    .and_then(|s| s.with_table(table))
+                    .and_then(|s| s.with_table(backend.scope()))
                     .expect("the store opens");
                 Sql::Postgres(store)
             }
-            Backend::Sqlite(path) => {
-                Sql::Sqlite(SqliteStore::open(path).await.expect("the store opens"))
-            }
-            Backend::Redis { .. } | Backend::MySql { .. } => {
+            StoreKind::Sqlite => Sql::Sqlite(
+                SqliteStore::open(backend.location())
+                    .await
+                    .expect("the store opens"),
+            ),
+            _ => {
                 eprintln!("tx-worker: {backend:?} has no transactional completion yet");
                 std::process::exit(2);
             }
