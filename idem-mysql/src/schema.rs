@@ -182,30 +182,22 @@ mod tests {
         assert!(TableName::parse(&longest).is_ok());
     }
 
+    // The rules themselves are idem-sql's, tested there; these pin this
+    // database's limits, quote and wording.
     #[test]
-    fn anything_but_plain_identifiers_is_a_config_error() {
+    fn names_past_the_limits_or_with_quotes_are_config_errors() {
         let too_long = "t".repeat(MAX_PART_LEN + 1);
-        let database_too_long = format!("{}.t", "d".repeat(MAX_PART_LEN + 1));
+        let qualifier_too_long = format!("{}.t", "q".repeat(MAX_PART_LEN + 1));
         for name in [
-            "",
-            ".",
-            "a.",
-            ".a",
-            "a.b.c",
-            "x; drop table y",
-            "`quoted`",
-            "\"quoted\"",
-            "it's",
-            "1abc",
-            "white space",
-            "ünicode",
-            "dash-ed",
             too_long.as_str(),
-            database_too_long.as_str(),
+            qualifier_too_long.as_str(),
+            "`quoted`",
+            "x; drop table y",
         ] {
             let error = TableName::parse(name).unwrap_err();
             assert_eq!(error.kind(), StoreErrorKind::Config, "{name:?}");
-            assert!(error.to_string().contains("invalid table name"), "{error}");
+            assert_eq!(error.backend_name(), BACKEND);
+            assert!(error.to_string().contains("`database.table`"), "{error}");
         }
     }
 

@@ -13,23 +13,9 @@ mod round_trips;
 
 use std::time::Duration;
 
-use idem_core::{Fingerprint, NewRecord, State, Token};
 use idem_mysql::sqlx::{self, MySqlConnection};
 
-/// An in-flight record as a claim writes it.
-pub(crate) fn in_flight(token: Token, lease: Duration, retention: Duration) -> NewRecord<'static> {
-    NewRecord {
-        token,
-        fingerprint: Fingerprint::of_bytes(b"request"),
-        state: State::InFlight,
-        payload: &[],
-        lease: Some(lease),
-        retention,
-    }
-}
-
-/// A lease or retention that outlasts any test.
-pub(crate) const MINUTE: Duration = Duration::from_secs(60);
+pub(crate) use idem_testing::races::{in_flight, MINUTE};
 
 /// The connection ids of transactions waiting on a lock whose statement
 /// mentions `table`, as InnoDB reports them.

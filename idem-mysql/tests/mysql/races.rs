@@ -12,31 +12,9 @@ use idem_mysql::sqlx::{self, Connection, MySqlConnection};
 use idem_mysql::MySqlStore;
 use tokio::sync::Barrier;
 
-use crate::{in_flight, support, until_waiting, MINUTE};
+use idem_testing::races;
 
-async fn race(store: &MySqlStore, key: &str, callers: usize) -> (Vec<Token>, Vec<Token>) {
-    let barrier = Arc::new(Barrier::new(callers));
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (store, barrier, key) = (store.clone(), Arc::clone(&barrier), key.to_owned());
-            tokio::spawn(async move {
-                let token = Token::random();
-                barrier.wait().await;
-                let outcome = store.insert(&key, &in_flight(token, MINUTE, MINUTE)).await;
-                (token, outcome.unwrap())
-            })
-        })
-        .collect();
-    let (mut winners, mut seen) = (Vec::new(), Vec::new());
-    for task in tasks {
-        match task.await.unwrap() {
-            (token, Insert::Inserted) => winners.push(token),
-            (_, Insert::Found(record)) => seen.push(record.token),
-            (_, other) => panic!("unexpected {other:?}"),
-        }
-    }
-    (winners, seen)
-}
+use crate::{in_flight, support, until_waiting, MINUTE};
 
 async fn store_with(connections: u32) -> Option<(MySqlStore, idem_testing::Cleanup)> {
     Some(support::store_in(support::pool(connections).await?).await)
@@ -48,14 +26,7 @@ async fn racing_claims_of_an_absent_key_have_one_winner() {
     let Some((store, _guard)) = store_with(24).await else {
         return;
     };
-    for round in 0..5 {
-        let (winners, seen) = race(&store, &format!("k{round}"), 24).await;
-        assert_eq!(winners.len(), 1, "round {round}");
-        assert!(
-            seen.iter().all(|token| *token == winners[0]),
-            "round {round}"
-        );
-    }
+    races::racing_claims_have_one_winner(&store, 24, false).await;
 }
 
 /// Racing claims of an expired key: exactly one replaces it.
@@ -64,21 +35,7 @@ async fn racing_claims_of_an_expired_key_have_one_winner() {
     let Some((store, _guard)) = store_with(24).await else {
         return;
     };
-    let brief = Duration::from_millis(20);
-    for round in 0..5 {
-        let key = format!("k{round}");
-        store
-            .insert(&key, &in_flight(Token::random(), brief, brief))
-            .await
-            .unwrap();
-        tokio::time::sleep(brief * 2).await;
-        let (winners, seen) = race(&store, &key, 24).await;
-        assert_eq!(winners.len(), 1, "round {round}");
-        assert!(
-            seen.iter().all(|token| *token == winners[0]),
-            "round {round}"
-        );
-    }
+    races::racing_claims_have_one_winner(&store, 24, true).await;
 }
 
 const ROW: &str = "(`key`, token, fingerprint, state, payload, lease_until, retain_until) \
@@ -308,32 +265,7 @@ async fn concurrent_purgers_delete_each_expired_row_once() {
     .execute(store.pool())
     .await
     .unwrap();
-    let live = Token::random();
-    store
-        .insert("live", &in_flight(live, MINUTE, MINUTE))
-        .await
-        .unwrap();
-    let purgers: Vec<_> = (0..4)
-        .map(|_| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let mut deleted = 0;
-                loop {
-                    match store.purge_expired(25).await.unwrap() {
-                        0 => return deleted,
-                        n => deleted += n,
-                    }
-                }
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for purger in purgers {
-        total += purger.await.unwrap();
-    }
-    assert_eq!(total, 400);
-    assert_eq!(store.purge_expired(25).await.unwrap(), 0);
-    assert_eq!(store.load("live").await.unwrap().unwrap().token, live);
+    races::purgers_delete_each_expired_row_once(&store, 400).await;
 }
 
 /// A purge larger than one delete statement still deletes exactly `limit`

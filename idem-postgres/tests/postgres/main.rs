@@ -12,21 +12,4 @@ mod races;
 mod round_trips;
 mod tx;
 
-use std::time::Duration;
-
-use idem_core::{Fingerprint, NewRecord, State, Token};
-
-/// An in-flight record as a claim writes it.
-pub(crate) fn in_flight(token: Token, lease: Duration, retention: Duration) -> NewRecord<'static> {
-    NewRecord {
-        token,
-        fingerprint: Fingerprint::of_bytes(b"request"),
-        state: State::InFlight,
-        payload: &[],
-        lease: Some(lease),
-        retention,
-    }
-}
-
-/// A lease or retention that outlasts any test.
-pub(crate) const MINUTE: Duration = Duration::from_secs(60);
+pub(crate) use idem_testing::races::{in_flight, MINUTE};

@@ -1,40 +1,14 @@
 //! The claim statement under concurrency: one winner among racing claims,
 //! and the rows a statement's snapshot cannot see.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Insert, Store, Token};
 use idem_postgres::sqlx::{self, Connection, PgConnection};
-use idem_postgres::PostgresStore;
-use tokio::sync::Barrier;
+use idem_testing::races;
 
 use crate::support;
 use crate::{in_flight, MINUTE};
-
-async fn race(store: &PostgresStore, key: &str, callers: usize) -> (Vec<Token>, Vec<Token>) {
-    let barrier = Arc::new(Barrier::new(callers));
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (store, barrier, key) = (store.clone(), Arc::clone(&barrier), key.to_owned());
-            tokio::spawn(async move {
-                let token = Token::random();
-                barrier.wait().await;
-                let outcome = store.insert(&key, &in_flight(token, MINUTE, MINUTE)).await;
-                (token, outcome.unwrap())
-            })
-        })
-        .collect();
-    let (mut winners, mut seen) = (Vec::new(), Vec::new());
-    for task in tasks {
-        match task.await.unwrap() {
-            (token, Insert::Inserted) => winners.push(token),
-            (_, Insert::Found(record)) => seen.push(record.token),
-            (_, other) => panic!("unexpected {other:?}"),
-        }
-    }
-    (winners, seen)
-}
 
 /// Racing claims of an absent key: exactly one inserts, all others see it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -42,14 +16,7 @@ async fn racing_claims_of_an_absent_key_have_one_winner() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    for round in 0..5 {
-        let (winners, seen) = race(&store, &format!("k{round}"), 24).await;
-        assert_eq!(winners.len(), 1, "round {round}");
-        assert!(
-            seen.iter().all(|token| *token == winners[0]),
-            "round {round}"
-        );
-    }
+    races::racing_claims_have_one_winner(&store, 24, false).await;
 }
 
 /// Racing claims of an expired key: exactly one replaces it.
@@ -58,21 +25,7 @@ async fn racing_claims_of_an_expired_key_have_one_winner() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let brief = Duration::from_millis(20);
-    for round in 0..5 {
-        let key = format!("k{round}");
-        store
-            .insert(&key, &in_flight(Token::random(), brief, brief))
-            .await
-            .unwrap();
-        tokio::time::sleep(brief * 2).await;
-        let (winners, seen) = race(&store, &key, 24).await;
-        assert_eq!(winners.len(), 1, "round {round}");
-        assert!(
-            seen.iter().all(|token| *token == winners[0]),
-            "round {round}"
-        );
-    }
+    races::racing_claims_have_one_winner(&store, 24, true).await;
 }
 
 /// Waits until a claim statement on `table` is blocked on a lock.
@@ -245,30 +198,5 @@ async fn concurrent_purgers_delete_each_expired_row_once() {
     .execute(store.pool())
     .await
     .unwrap();
-    let live = Token::random();
-    store
-        .insert("live", &in_flight(live, MINUTE, MINUTE))
-        .await
-        .unwrap();
-    let purgers: Vec<_> = (0..4)
-        .map(|_| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let mut deleted = 0;
-                loop {
-                    match store.purge_expired(25).await.unwrap() {
-                        0 => return deleted,
-                        n => deleted += n,
-                    }
-                }
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for purger in purgers {
-        total += purger.await.unwrap();
-    }
-    assert_eq!(total, 400);
-    assert_eq!(store.purge_expired(25).await.unwrap(), 0);
-    assert_eq!(store.load("live").await.unwrap().unwrap().token, live);
+    races::purgers_delete_each_expired_row_once(&store, 400).await;
 }

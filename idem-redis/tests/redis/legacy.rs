@@ -2,8 +2,7 @@
 //! replay and are taken over by the scripts; a later scheme is written in
 //! layout 2, which every script reads too.
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 
 use idem_core::{Fingerprint, Idempotent, NewRecord, State, Store, Token};
 use idem_redis::redis::AsyncCommands;

@@ -1,8 +1,7 @@
 //! The record as Redis holds it, on the shared server: foreign values are
 //! refused and left alone, and a completed record stays compact.
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};

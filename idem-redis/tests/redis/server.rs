@@ -2,8 +2,7 @@
 //! binary: the server's own counters prove the round trips, and a restart
 //! proves the store reconnects.
 
-#[allow(dead_code)]
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
