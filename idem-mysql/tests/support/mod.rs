@@ -33,18 +33,18 @@ pub struct DropGuard;
 
 impl DropGuard {
     /// Runs `statement` on the server under test when dropped.
-    pub fn new(statement: String) -> Cleanup {
+    pub fn statement(statement: String) -> Cleanup {
         Cleanup::mysql(&url(), statement)
     }
 
     /// Drops `table` when dropped.
     pub fn table(table: &str) -> Cleanup {
-        DropGuard::new(format!("DROP TABLE IF EXISTS {table}"))
+        DropGuard::statement(format!("DROP TABLE IF EXISTS {table}"))
     }
 
     /// Drops `database` when dropped.
     pub fn database(database: &str) -> Cleanup {
-        DropGuard::new(format!("DROP DATABASE IF EXISTS {database}"))
+        DropGuard::statement(format!("DROP DATABASE IF EXISTS {database}"))
     }
 }
 
