@@ -114,7 +114,7 @@ impl Options {
         let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
         let problem = match begun.await {
             Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
-            Ok(Begin::Replay(replay)) => match stored::decode(replay.payload()) {
+            Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload().into()) {
                 Ok(Stored::Response {
                     status,
                     headers,
