@@ -143,9 +143,7 @@ where
         Err(Panicked) => {
             // The side effect may have happened, so the key is left claimed
             // until its lease lapses rather than released.
-            tracing::error!(
-                "the handler panicked; the key stays claimed until its lease lapses"
-            );
+            tracing::error!("the handler panicked; the key stays claimed until its lease lapses");
             Ok(problem_response(Problem::Internal("the handler failed")))
         }
     }
