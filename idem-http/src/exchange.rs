@@ -114,22 +114,18 @@ impl Options {
         let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
         let problem = match begun.await {
             Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
-            Ok(Begin::Replay(replay)) => {
-                match stored::decode_shared(replay.into_payload().into()) {
-                    Ok(Stored::Response {
-                        status,
-                        headers,
-                        body,
-                    }) => return Ok(Reply::Whole(stored::replay(status, headers, body))),
-                    Ok(Stored::Unreplayable(why)) => Problem::NotReplayable(why.reason()),
-                    Err(error) => {
-                        tracing::error!(key, %error, "recorded response does not decode");
-                        Problem::Internal(
-                            "the recorded response for this idempotency key is damaged",
-                        )
-                    }
+            Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload()) {
+                Ok(Stored::Response {
+                    status,
+                    headers,
+                    body,
+                }) => return Ok(Reply::Whole(stored::replay(status, headers, body))),
+                Ok(Stored::Unreplayable(why)) => Problem::NotReplayable(why.reason()),
+                Err(error) => {
+                    tracing::error!(key, %error, "recorded response does not decode");
+                    Problem::Internal("the recorded response for this idempotency key is damaged")
                 }
-            }
+            },
             Ok(_) => Problem::Internal("unknown outcome from the idempotency store"),
             Err(Error::InvalidKey(KeyError::InvalidScope {
                 part: "namespace", ..

@@ -150,7 +150,8 @@ pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
 
 /// Decodes a payload as [`decode`] does, without copying: the body and the
 /// header values are slices of `payload`.
-pub fn decode_shared(payload: Bytes) -> Result<Stored, DecodeError> {
+pub fn decode_shared(payload: impl Into<Bytes>) -> Result<Stored, DecodeError> {
+    let payload = payload.into();
     decode_with(&payload, |part| payload.slice_ref(part))
 }
 
