@@ -94,8 +94,10 @@ impl Options {
     /// `handler` once with the lease renewed, and records its response or
     /// releases the key; or answers with the recorded response or a problem.
     ///
-    /// Run it in a task of its own: a client that disconnects must not
-    /// cancel the claim, the handler or the recording. Its future is `Send`
+    /// Run it in a task of its own, or hand what is left of it to one when
+    /// the request's future is dropped (what idem-tower does): a client
+    /// that disconnects must not cancel the claim, the handler or the
+    /// recording. Its future is `Send`
     /// when the handler's future and body are.
     pub async fn exchange<H, Fut, B, E>(
         &self,
@@ -112,7 +114,7 @@ impl Options {
         let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
         let problem = match begun.await {
             Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
-            Ok(Begin::Replay(replay)) => match stored::decode(replay.payload()) {
+            Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload()) {
                 Ok(Stored::Response {
                     status,
                     headers,

@@ -1,8 +1,12 @@
 //! The request fingerprint: what a protected request means.
 
+use std::borrow::Cow;
+
 use http::header::{HeaderMap, CONTENT_TYPE};
 use http::{Method, Uri};
 use idem_core::{Fingerprint, Fingerprints};
+
+use crate::transcode::JsonText;
 
 /// The fingerprint scheme of [`canonical_fingerprint`]. Scheme 1
 /// ([`Fingerprint::FIRST_SCHEME`]) is [`raw_fingerprint`], the form records
@@ -22,13 +26,7 @@ pub fn raw_fingerprint(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Fingerprint {
-    let content_type = content_type(headers);
-    Fingerprint::of_parts([
-        method.as_str().as_bytes(),
-        path_and_query(uri).as_bytes(),
-        &content_type,
-        body,
-    ])
+    Parts::new(method, uri, headers).raw(body)
 }
 
 /// What the request means, as the exchange checks it: the
@@ -36,8 +34,13 @@ pub fn raw_fingerprint(
 /// also matching a record written before under the [`raw_fingerprint`]
 /// (scheme 1), so that keys recorded by an earlier build keep replaying.
 pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Fingerprints {
-    canonical_fingerprint(method, uri, headers, body)
-        .also_matching(raw_fingerprint(method, uri, headers, body))
+    let request = Parts::new(method, uri, headers);
+    let raw = request.raw(body);
+    request
+        .canonical(headers, body)
+        .unwrap_or(raw)
+        .with_scheme(SCHEME)
+        .also_matching(raw)
 }
 
 /// What the request means: [`Fingerprint::of_parts`] over the method, the
@@ -59,20 +62,52 @@ pub fn canonical_fingerprint(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Fingerprint {
-    let canonical = is_json(headers)
-        .then(|| serde_json::from_slice::<serde_json::Value>(body).ok())
-        .flatten()
-        .and_then(|value| Fingerprint::of_json(&value).ok());
-    let digest = match canonical {
-        Some(digest) => Fingerprint::of_parts([
-            method.as_str().as_bytes(),
-            path_and_query(uri).as_bytes(),
-            &content_type(headers),
-            digest.as_bytes(),
-        ]),
-        None => raw_fingerprint(method, uri, headers, body),
-    };
-    digest.with_scheme(SCHEME)
+    let request = Parts::new(method, uri, headers);
+    request
+        .canonical(headers, body)
+        .unwrap_or_else(|| request.raw(body))
+        .with_scheme(SCHEME)
+}
+
+/// The parts both forms hash before the body, each read once.
+struct Parts<'a> {
+    method: &'a str,
+    path_and_query: &'a str,
+    content_type: Cow<'a, [u8]>,
+}
+
+impl<'a> Parts<'a> {
+    fn new(method: &'a Method, uri: &'a Uri, headers: &'a HeaderMap) -> Parts<'a> {
+        Parts {
+            method: method.as_str(),
+            path_and_query: path_and_query(uri),
+            content_type: content_type(headers),
+        }
+    }
+
+    fn of(&self, body: &[u8]) -> Fingerprint {
+        Fingerprint::of_parts([
+            self.method.as_bytes(),
+            self.path_and_query.as_bytes(),
+            &self.content_type,
+            body,
+        ])
+    }
+
+    /// Scheme 1: the body as it is.
+    fn raw(&self, body: &[u8]) -> Fingerprint {
+        self.of(body)
+    }
+
+    /// A JSON body by its canonical digest, parsed as it is hashed (see
+    /// `transcode`); `None` for a body that is not JSON, which the
+    /// canonical form hashes as `raw` does.
+    fn canonical(&self, headers: &HeaderMap, body: &[u8]) -> Option<Fingerprint> {
+        is_json(headers)
+            .then(|| Fingerprint::of_json(&JsonText(body)).ok())
+            .flatten()
+            .map(|digest| self.of(digest.as_bytes()))
+    }
 }
 
 fn path_and_query(uri: &Uri) -> &str {
@@ -82,12 +117,15 @@ fn path_and_query(uri: &Uri) -> &str {
 
 /// Every `Content-Type` line counts, joined as HTTP would combine them, so
 /// an added second line cannot hide behind the first.
-fn content_type(headers: &HeaderMap) -> Vec<u8> {
-    let mut joined = Vec::new();
-    for (i, value) in headers.get_all(CONTENT_TYPE).iter().enumerate() {
-        if i > 0 {
-            joined.extend_from_slice(b", ");
-        }
+fn content_type(headers: &HeaderMap) -> Cow<'_, [u8]> {
+    let mut lines = headers.get_all(CONTENT_TYPE).iter();
+    let Some(first) = lines.next() else {
+        return Cow::Borrowed(&[]);
+    };
+    let mut joined = Cow::Borrowed(first.as_bytes());
+    for value in lines {
+        let joined = joined.to_mut();
+        joined.extend_from_slice(b", ");
         joined.extend_from_slice(value.as_bytes());
     }
     joined

@@ -70,6 +70,7 @@ mod header;
 mod options;
 mod problem;
 pub mod stored;
+mod transcode;
 
 pub use http;
 

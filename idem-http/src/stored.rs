@@ -145,6 +145,18 @@ pub fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
 
 /// Decodes a payload written by [`encode`] or [`encode_unreplayable`].
 pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
+    decode_with(payload, Bytes::copy_from_slice)
+}
+
+/// Decodes a payload as [`decode`] does, without copying: the body and the
+/// header values are slices of `payload`.
+pub fn decode_shared(payload: impl Into<Bytes>) -> Result<Stored, DecodeError> {
+    let payload = payload.into();
+    decode_with(&payload, |part| payload.slice_ref(part))
+}
+
+/// Decodes `payload`, taking each value and the body with `share`.
+fn decode_with(payload: &[u8], share: impl Fn(&[u8]) -> Bytes) -> Result<Stored, DecodeError> {
     let mut reader = Reader(payload);
     if reader.take(1)? != [VERSION] {
         return Err(DecodeError("unknown format version"));
@@ -179,7 +191,7 @@ pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
                 }
                 last = Some(name.clone());
                 let len = reader.u32()? as usize;
-                let value = HeaderValue::from_bytes(reader.take(len)?)
+                let value = HeaderValue::from_maybe_shared(share(reader.take(len)?))
                     .map_err(|_| DecodeError("invalid header value"))?;
                 headers
                     .try_append(name, value)
@@ -187,7 +199,7 @@ pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
             }
             let len = usize::try_from(reader.u64()?)
                 .map_err(|_| DecodeError("body length out of range"))?;
-            let body = Bytes::copy_from_slice(reader.take(len)?);
+            let body = share(reader.take(len)?);
             Stored::Response {
                 status,
                 headers,
@@ -274,7 +286,9 @@ mod tests {
     #[test]
     fn responses_round_trip_without_unrecorded_headers() {
         let (status, headers, body) = sample();
-        let decoded = decode(&encode(status, &headers, &body)).unwrap();
+        let encoded = encode(status, &headers, &body);
+        let decoded = decode(&encoded).unwrap();
+        assert_eq!(decode_shared(Bytes::from(encoded)).unwrap(), decoded);
         let mut expected = HeaderMap::new();
         expected.append("content-type", HeaderValue::from_static("application/json"));
         expected.append("x-a", HeaderValue::from_static("1"));
@@ -315,6 +329,8 @@ mod tests {
         let good = encode(status, &headers, &body);
         for len in 0..good.len() {
             assert!(decode(&good[..len]).is_err(), "prefix of {len} bytes");
+            let shared = Bytes::copy_from_slice(&good[..len]);
+            assert!(decode_shared(shared).is_err(), "prefix of {len} bytes");
         }
         let mut longer = good.clone();
         longer.push(0);
@@ -324,7 +340,7 @@ mod tests {
             for bit in 0..8 {
                 let mut bad = good.clone();
                 bad[at] ^= 1 << bit;
-                let _ = decode(&bad);
+                assert_eq!(decode_shared(Bytes::from(bad.clone())), decode(&bad));
             }
         }
         assert!(decode(&[2, 0]).is_err());

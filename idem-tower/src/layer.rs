@@ -93,8 +93,11 @@ type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// # Never twice, never stuck
 ///
 /// The handler, its heartbeat (which renews the lease every third of its
-/// length) and the recording run in a task of their own, so a client that
-/// disconnects does not cancel them: its retry gets the replay. A store
+/// length) and the recording survive the request, so a client that
+/// disconnects does not cancel them: its retry gets the replay. (They run
+/// in the request's own future while its client is there, and are handed
+/// to a task of their own the moment that future is dropped, so a request
+/// whose client stays costs no task.) A store
 /// failure, or a store call slower than
 /// [`with_store_timeout`](Self::with_store_timeout), is logged with
 /// `tracing` and answered at once; the middleware never waits for a key.

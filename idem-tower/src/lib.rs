@@ -26,6 +26,7 @@
 mod body;
 mod layer;
 mod service;
+mod uncancelled;
 
 pub use body::{BoxError, RequestBody, ResponseBody};
 pub use idem_http::Options;

@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
 use crate::layer::Config;
+use crate::uncancelled::{Panicked, Uncancelled};
 
 /// The future an [`IdempotencyService`] returns. It is `Send`.
 pub type ResponseFuture<E> =
@@ -91,12 +92,12 @@ where
         Admission::Refuse(problem) => return Ok(problem_response(problem)),
         _ => return pass(inner, request.map(RequestBody::new)).await,
     };
-    if tokio::runtime::Handle::try_current().is_err() {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::error!("idem-tower needs a tokio runtime; refusing a protected request");
         return Ok(problem_response(Problem::Internal(
             "the idempotency layer has no async runtime",
         )));
-    }
+    };
     let (parts, body) = request.into_parts();
     let limit = options.max_request_body();
     let body = match Limited::new(body, limit).collect().await {
@@ -117,27 +118,32 @@ where
     };
     let fingerprint = fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
     let request = Request::from_parts(parts, RequestBody::full(body));
-    // From the claim on, everything runs in a task of its own: a client that
-    // hangs up while the claim is in flight must not leave a claimed key
-    // that nobody will run or release, and one that hangs up mid-handler
-    // must not cancel the handler or its recording.
-    let task = tokio::spawn(async move {
-        let reply = config.options.exchange(&idem, &key, fingerprint, || async {
-            let response = inner.call(request).await?;
-            Ok(response.map(ResponseBody::new))
-        });
-        reply.await.map(|reply| match reply {
-            Reply::Whole(response) => response.map(ResponseBody::full),
-            Reply::Handler(response) => response,
-            _ => problem_response(Problem::Internal("unknown reply")),
-        })
-    });
-    match task.await {
+    // From the claim on, nothing may be cancelled: a client that hangs up
+    // while the claim is in flight must not leave a claimed key that nobody
+    // will run or release, and one that hangs up mid-handler must not
+    // cancel the handler or its recording. The exchange runs in this
+    // future, and goes on in a task of its own if this future is dropped
+    // before it is done.
+    let exchange = Uncancelled::new(
+        async move {
+            let reply = config.options.exchange(&idem, &key, fingerprint, || async {
+                let response = inner.call(request).await?;
+                Ok(response.map(ResponseBody::new))
+            });
+            reply.await.map(|reply| match reply {
+                Reply::Whole(response) => response.map(ResponseBody::full),
+                Reply::Handler(response) => response,
+                _ => problem_response(Problem::Internal("unknown reply")),
+            })
+        },
+        runtime,
+    );
+    match exchange.await {
         Ok(result) => result,
-        Err(join) => {
+        Err(Panicked) => {
             // The side effect may have happened, so the key is left claimed
             // until its lease lapses rather than released.
-            tracing::error!(error = %join, "handler task failed; the key stays claimed until its lease lapses");
+            tracing::error!("the handler panicked; the key stays claimed until its lease lapses");
             Ok(problem_response(Problem::Internal("the handler failed")))
         }
     }
