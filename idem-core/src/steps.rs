@@ -514,7 +514,6 @@ impl fmt::Debug for Steps {
 
 /// What [`Steps::begin_step`] found.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum StepStart<S> {
     /// The step is recorded: here is its outcome; do not run it.
     Replayed(S),

@@ -114,6 +114,7 @@
 #[doc(hidden)]
 pub mod fuzzing;
 mod row;
+mod steps;
 mod store;
 mod table;
 mod tx;
