@@ -512,3 +512,82 @@ async fn a_remote_step_gets_the_same_derived_key_after_a_takeover() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0], seen[1]);
 }
+
+/// The orchestrator of the weekly-report agent (`examples/weekly_report.rs`)
+/// killed at every step boundary and inside the email call: one email,
+/// the summary paid for once, every re-run finishing.
+#[tokio::test(start_paused = true)]
+async fn the_weekly_report_agent_killed_anywhere_sends_one_email_and_pays_once() {
+    #[derive(Default)]
+    struct Tools {
+        fetched: AtomicUsize,
+        paid: AtomicUsize,
+        outbox: std::sync::Mutex<std::collections::HashSet<String>>,
+    }
+    for kill_at in [
+        "after-fetch",
+        "after-summary",
+        "inside-email",
+        "after-email",
+    ] {
+        let idem = idem();
+        let tools = Arc::new(Tools::default());
+        let key = idem_core::Key::derive(&["report-118", "2026-11-30"]);
+        for kill in [true, false] {
+            let tools = Arc::clone(&tools);
+            let at = move |here: &str| kill && here == kill_at;
+            let call = idem.execute_steps(&key, "report-118", move |steps| async move {
+                let t = Arc::clone(&tools);
+                let sales: Vec<u32> = steps
+                    .step("fetch-sales", || async move {
+                        t.fetched.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, String>(vec![120, 95])
+                    })
+                    .await?;
+                if at("after-fetch") {
+                    std::future::pending::<()>().await;
+                }
+                let t = Arc::clone(&tools);
+                let summary: String = steps
+                    .step("write-summary", || async move {
+                        t.paid.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, String>(format!("{} units", sales.iter().sum::<u32>()))
+                    })
+                    .await?;
+                if at("after-summary") {
+                    std::future::pending::<()>().await;
+                }
+                let t = Arc::clone(&tools);
+                let sent: bool = steps
+                    .remote("email-bob", |derived| async move {
+                        let fresh = t.outbox.lock().unwrap().insert(derived);
+                        if at("inside-email") {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, String>(fresh)
+                    })
+                    .await?;
+                if at("after-email") {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, Error<String>>(format!("{summary} sent={sent}"))
+            });
+            match tokio::time::timeout(LEASE * 2, call).await {
+                Err(_) => {
+                    assert!(kill, "the re-run hung ({kill_at})");
+                    tokio::time::sleep(LEASE).await;
+                }
+                Ok(done) => {
+                    assert!(!kill, "the run was not killed at {kill_at}");
+                    done.unwrap_or_else(|e| panic!("the re-run failed ({kill_at}): {e}"));
+                }
+            }
+        }
+        let counts = (
+            tools.fetched.load(Ordering::SeqCst),
+            tools.paid.load(Ordering::SeqCst),
+            tools.outbox.lock().unwrap().len(),
+        );
+        assert_eq!(counts, (1, 1, 1), "killed {kill_at}");
+    }
+}
