@@ -116,7 +116,8 @@ impl Bench for PostgresBench {
             payload: fixture::outcome_payload(),
         });
         let store: Arc<dyn Store> = Arc::new(self.store.clone());
-        let steps: Arc<dyn Protocol> = Arc::new(StepsRow::new(Idempotent::from_arc(Arc::clone(&store))));
+        let steps: Arc<dyn Protocol> =
+            Arc::new(StepsRow::new(Idempotent::from_arc(Arc::clone(&store))));
         let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store.clone())));
         let insert = format!(
             "INSERT INTO \"{}_charges\" (key, amount) VALUES ($1, $2)",
