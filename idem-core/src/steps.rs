@@ -5,8 +5,8 @@
 //!
 //! The journal of recorded steps is the **payload of the key's `InFlight`
 //! record** (the design reserves that payload for "the progress of durable
-//! steps"). Every write of it is a [`Store::swap`] fenced by the owner's
-//! token, so the [`Store`] trait is unchanged and every store that passes
+//! steps"). Every write of it is a [`Store::swap`](crate::Store::swap) fenced by the owner's
+//! token, so the [`Store`](crate::Store) trait is unchanged and every store that passes
 //! the conformance kit holds steps:
 //!
 //! * *Recording a step* is one `swap` that keeps the record `InFlight`,
