@@ -67,6 +67,9 @@
 //!   its lease is cut to the shortest, so the next call takes it over at
 //!   once and resumes after the last recorded step. Such a hand-over is not
 //!   counted as a takeover.
+//! * Every call for a key runs it through durable steps: a plain
+//!   [`Idempotent::execute`] that takes such a key over starts from an
+//!   empty payload and would run every step again.
 //! * Waiting ([`Idempotent::with_wait`]) does not apply: a live key is
 //!   [`Error::InProgress`] at once.
 
