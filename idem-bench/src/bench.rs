@@ -42,6 +42,10 @@ pub(crate) enum Kind {
     RawTx,
     /// idem's `execute_in_tx` doing the same: measured against `raw-tx`.
     IdemTx,
+    /// idem's `execute_steps` with three trivial steps: what durable steps
+    /// cost next to `idem` (one store round trip per recorded step). Its
+    /// ratio, in brackets, is against `idem`.
+    IdemSteps,
 }
 
 impl Kind {
@@ -55,6 +59,7 @@ impl Kind {
             Kind::Idem => "idem",
             Kind::RawTx => "raw-tx",
             Kind::IdemTx => "idem-tx",
+            Kind::IdemSteps => "idem-3steps",
         }
     }
 }

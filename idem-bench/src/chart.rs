@@ -25,6 +25,7 @@ fn color(kind: Kind) -> RGBColor {
         Kind::Idem => RGBColor(40, 100, 200),
         Kind::RawTx => RGBColor(120, 120, 160),
         Kind::IdemTx => RGBColor(40, 160, 200),
+        Kind::IdemSteps => RGBColor(120, 60, 180),
     }
 }
 

@@ -147,6 +147,7 @@ impl Args {
                 Kind::Idem,
                 Kind::RawTx,
                 Kind::IdemTx,
+                Kind::IdemSteps,
             ]
             .iter()
             .any(|k| k.name() == r.trim())

@@ -49,6 +49,52 @@ impl Protocol for IdemRow {
     }
 }
 
+/// idem's `execute_steps` with three trivial steps (each returning a small
+/// number) and the same 100-byte outcome as [`IdemRow`]: a first execution
+/// costs the claim, one swap per step and the completion; a replay costs
+/// the claim alone.
+#[derive(Debug)]
+pub(crate) struct StepsRow {
+    idem: Idempotent,
+    body: Order,
+    outcome: String,
+}
+
+impl StepsRow {
+    pub(crate) fn new(idem: Idempotent) -> StepsRow {
+        StepsRow {
+            idem: idem.with_retention(RETENTION),
+            body: Order::sample(),
+            outcome: fixture::outcome(),
+        }
+    }
+}
+
+#[async_trait]
+impl Protocol for StepsRow {
+    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
+        let mut ran = false;
+        let result: Result<String, Error<Infallible>> = self
+            .idem
+            .execute_steps(key, &self.body, |steps| {
+                ran = true;
+                async move {
+                    for name in ["one", "two", "three"] {
+                        let _: u32 = steps.step(name, || ready(Ok(7))).await?;
+                    }
+                    Ok(self.outcome.clone())
+                }
+            })
+            .await;
+        match result {
+            Ok(_) if ran => Ok(Outcome::Ran),
+            Ok(_) => Ok(Outcome::Replayed),
+            Err(Error::InProgress { .. }) => Ok(Outcome::InProgress),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
 /// The raw protocol on a store's own primitives: `insert`, then `swap` on
 /// the token when the claim is ours. For the in-process store, where there
 /// is no wire protocol to write by hand.

@@ -118,6 +118,11 @@ impl Report {
                     .peer(row, Kind::Raw)
                     .and_then(|raw| paired_ratio(&row.reps, &raw.reps))
                     .map(|r| format!("({r:.2})")),
+                // Against `idem` in the same run: what three steps cost.
+                Kind::IdemSteps => self
+                    .peer(row, Kind::Idem)
+                    .and_then(|idem| paired_ratio(&row.reps, &idem.reps))
+                    .map(|r| format!("[{r:.2}]")),
                 Kind::Raw | Kind::Control | Kind::RawTx => None,
             };
             let _ = writeln!(

@@ -88,6 +88,11 @@ macro_rules! __with_cases {
             interleaving {
                 generated_schedules_keep_every_invariant,
             }
+            steps {
+                in_flight_swap_keeps_its_payload_and_rotates_the_token,
+                take_over_writes_the_payload_it_is_given,
+                durable_steps_resume_after_the_owner_is_dropped,
+            }
         }
     };
 }

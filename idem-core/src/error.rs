@@ -69,6 +69,11 @@ pub enum Error<E = Infallible> {
     /// The request body or the work's outcome cannot be encoded as JSON.
     #[error("cannot encode as JSON: {0}")]
     Encode(#[source] serde_json::Error),
+    /// Durable steps stopped: the steps differ from the recorded ones, the
+    /// key was taken over too often, or an earlier step could not be
+    /// recorded (see [`StepsError`](crate::StepsError)).
+    #[error("{0}")]
+    Steps(crate::StepsError),
 }
 
 fn store_message(when: When) -> &'static str {
@@ -113,6 +118,7 @@ impl Error<Infallible> {
             Error::Store { source, when } => Error::Store { source, when },
             Error::Decode(e) => Error::Decode(e),
             Error::Encode(e) => Error::Encode(e),
+            Error::Steps(e) => Error::Steps(e),
         }
     }
 }

@@ -109,6 +109,11 @@ impl Lease {
         }
     }
 
+    /// The store this lease was claimed in.
+    pub(crate) fn store_arc(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     /// The key this lease holds.
     pub fn key(&self) -> &Key {
         &self.key

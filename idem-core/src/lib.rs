@@ -202,6 +202,7 @@ mod lease;
 mod machine;
 mod memory;
 mod record;
+pub mod steps;
 mod store;
 
 pub use effects::Started;
@@ -212,6 +213,10 @@ pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOP
 pub use lease::{Begin, Lease, Ran, Replay};
 pub use memory::MemoryStore;
 pub use record::{NewRecord, ParseError, Record, State, Token};
+pub use steps::{
+    Durable, PendingStep, Poisoned, StepEncoder, StepStart, StepWriter, Steps, StepsError,
+    DEFAULT_MAX_TAKEOVERS,
+};
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
 
 /// The README's examples, compiled and run as doctests.

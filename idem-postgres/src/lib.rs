@@ -115,6 +115,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod schema;
+mod steps;
 mod store;
 mod tx;
 

@@ -55,6 +55,7 @@ mod ops;
 #[cfg(feature = "raw-protocol")]
 mod raw;
 mod schema;
+mod steps;
 mod store;
 mod tx;
 mod writer;

@@ -46,7 +46,7 @@ pub enum Settle {
     Abandon,
 }
 
-type WorkFn = Box<dyn FnOnce(&Connection) -> Settle + Send>;
+pub(crate) type WorkFn = Box<dyn FnOnce(&Connection) -> Settle + Send>;
 
 /// The work of one lease, on its way to the writer thread.
 pub(crate) struct TxWork {
@@ -54,6 +54,9 @@ pub(crate) struct TxWork {
     token: Token,
     fingerprint: Fingerprint,
     retention: std::time::Duration,
+    /// A durable step's journal write instead of a settle: `Complete`
+    /// keeps the record `InFlight` under this new token and lease.
+    pub(crate) step: Option<(Token, std::time::Duration)>,
     // Taken once by the writer; a job is never run twice, because it is
     // always the last of its batch (see `Writer::run`).
     work: Cell<Option<WorkFn>>,
@@ -106,6 +109,11 @@ pub(crate) fn run(conn: &Connection, job: &TxWork) -> Result<Done, OpError> {
     let (state, payload) = match settle {
         Ok(Settle::Complete(payload)) => (State::Completed, payload),
         Ok(Settle::Fail(payload)) => (State::Failed, payload),
+        Ok(Settle::Release) if job.step.is_some() => {
+            // A step is never released: the journal must stay.
+            undo(conn)?;
+            return Ok(Done::Changed(true));
+        }
         Ok(Settle::Release) => {
             undo(conn)?;
             return Op::Remove {
@@ -119,13 +127,23 @@ pub(crate) fn run(conn: &Connection, job: &TxWork) -> Result<Done, OpError> {
             return Ok(Done::Changed(true));
         }
     };
-    let record = NewRecord {
-        token: job.token,
-        fingerprint: job.fingerprint,
-        state,
-        payload: &payload,
-        lease: None,
-        retention: job.retention,
+    let record = match job.step {
+        Some((token, lease)) => NewRecord {
+            token,
+            fingerprint: job.fingerprint,
+            state: State::InFlight,
+            payload: &payload,
+            lease: Some(lease),
+            retention: job.retention,
+        },
+        None => NewRecord {
+            token: job.token,
+            fingerprint: job.fingerprint,
+            state,
+            payload: &payload,
+            lease: None,
+            retention: job.retention,
+        },
     };
     let swap = Op::Swap {
         key: job.key.clone(),
@@ -164,6 +182,27 @@ enum Produced<T, E> {
     Panic(Box<dyn Any + Send>),
 }
 
+impl TxWork {
+    /// A durable step's work: `Complete(journal)` writes the journal as
+    /// the `InFlight` record's payload, fenced by `expected`, under
+    /// `token`.
+    pub(crate) fn step(
+        key: String,
+        expected: Token,
+        record: &NewRecord<'_>,
+        work: WorkFn,
+    ) -> TxWork {
+        TxWork {
+            key,
+            token: expected,
+            fingerprint: record.fingerprint,
+            retention: record.retention,
+            step: Some((record.token, record.lease.unwrap_or_default())),
+            work: Cell::new(Some(work)),
+        }
+    }
+}
+
 impl SqliteStore {
     /// Runs `work` on the store's writer connection, inside a savepoint of
     /// the writer's current transaction, then settles the lease there as
@@ -192,6 +231,7 @@ impl SqliteStore {
             token: lease.token(),
             fingerprint: lease.fingerprint(),
             retention: lease.retention(),
+            step: None,
             work: Cell::new(Some(Box::new(work))),
         });
         let ran = lease.run(self.call(op)).await;

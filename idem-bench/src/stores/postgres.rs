@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 
 use crate::bench::{Bench, Contestant, Counters, Kind};
 use crate::fixture::{self, BoxError, LEASE, RETENTION};
-use crate::protocols::IdemRow;
+use crate::protocols::{IdemRow, StepsRow};
 use crate::report::Report;
 use crate::runner::{Outcome, Protocol};
 
@@ -116,6 +116,8 @@ impl Bench for PostgresBench {
             payload: fixture::outcome_payload(),
         });
         let store: Arc<dyn Store> = Arc::new(self.store.clone());
+        let steps: Arc<dyn Protocol> =
+            Arc::new(StepsRow::new(Idempotent::from_arc(Arc::clone(&store))));
         let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store.clone())));
         let insert = format!(
             "INSERT INTO \"{}_charges\" (key, amount) VALUES ($1, $2)",
@@ -145,6 +147,12 @@ impl Bench for PostgresBench {
             Contestant {
                 kind: Kind::Idem,
                 make: Box::new(move || idem.clone()),
+                fresh: false,
+                round_trips: transactions,
+            },
+            Contestant {
+                kind: Kind::IdemSteps,
+                make: Box::new(move || steps.clone()),
                 fresh: false,
                 round_trips: transactions,
             },

@@ -14,7 +14,7 @@ use redis::AsyncCommands;
 
 use crate::bench::{Bench, Contestant, Counters, Kind};
 use crate::fixture::{self, BoxError, LEASE, RETENTION};
-use crate::protocols::IdemRow;
+use crate::protocols::{IdemRow, StepsRow};
 use crate::report::Report;
 use crate::runner::{Outcome, Protocol};
 
@@ -175,6 +175,8 @@ impl Bench for RedisBench {
             payload: fixture::outcome_payload(),
         });
         let store: Arc<dyn Store> = Arc::new(self.store.clone());
+        let steps: Arc<dyn Protocol> =
+            Arc::new(StepsRow::new(Idempotent::from_arc(Arc::clone(&store))));
         let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store)));
         vec![
             Contestant {
@@ -203,6 +205,12 @@ impl Bench for RedisBench {
             Contestant {
                 kind: Kind::Idem,
                 make: Box::new(move || idem.clone()),
+                fresh: false,
+                round_trips: store_requests,
+            },
+            Contestant {
+                kind: Kind::IdemSteps,
+                make: Box::new(move || steps.clone()),
                 fresh: false,
                 round_trips: store_requests,
             },

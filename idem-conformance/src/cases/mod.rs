@@ -13,4 +13,5 @@ pub mod fencing;
 pub mod fidelity;
 pub mod interleaving;
 pub mod recovery;
+pub mod steps;
 pub mod swap;
