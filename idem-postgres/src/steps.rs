@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::postgres::PgConnection;
 use sqlx::Row;
 
-use crate::row::error;
+use crate::error::error;
 use crate::store::bind_record;
 use crate::tx::TxFuture;
 use crate::PostgresStore;
