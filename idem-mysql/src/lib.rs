@@ -145,6 +145,7 @@
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspect;
 mod row;
 mod store;
 mod table;

@@ -71,7 +71,7 @@ impl TableName {
     /// The quoted, qualified name to splice into SQL. Backticks let reserved
     /// words such as `order` be table names; validation already ruled out
     /// backticks inside.
-    fn quoted(&self) -> String {
+    pub(crate) fn quoted(&self) -> String {
         match &self.database {
             Some(database) => format!("`{database}`.`{}`", self.table),
             None => format!("`{}`", self.table),

@@ -77,7 +77,7 @@ impl TableName {
     /// The quoted, qualified name to splice into SQL. Quoting keeps the
     /// name exactly as given (case included) and lets reserved words such as
     /// `order` be table names; validation already ruled out quotes inside.
-    fn quoted(&self) -> String {
+    pub(crate) fn quoted(&self) -> String {
         match &self.schema {
             Some(schema) => format!("\"{schema}\".\"{}\"", self.table),
             None => format!("\"{}\"", self.table),
