@@ -483,3 +483,95 @@ async fn sqlite_purger_deletes_only_expired_records() {
     let kept = idem.key("kept").unwrap();
     assert!(store.load(kept.as_str()).await.unwrap().is_some());
 }
+
+/// The HTTP exchange counts its responses by status class and replay.
+async fn http_responses_are_counted_by_class(kind: StoreKind) {
+    use bytes::Bytes;
+    use http::{Response, StatusCode};
+    use idem_http::{Collected, Options, ResponseBody};
+
+    struct Whole(Bytes);
+    impl ResponseBody for Whole {
+        async fn collect(self, _limit: usize) -> Collected<Self> {
+            Collected::Whole(self.0)
+        }
+    }
+
+    recorded();
+    let Some(fresh) = kind.fresh().await else {
+        return;
+    };
+    let namespace = unique_name("http");
+    let options = Options::from_idempotent(
+        Idempotent::from_arc(Arc::clone(&fresh.store)).with_namespace(&*namespace),
+    );
+    let answer = |status: StatusCode| {
+        move || async move {
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .status(status)
+                    .body(Whole(Bytes::from_static(b"{}")))
+                    .unwrap(),
+            )
+        }
+    };
+    let fp = |body: &str| Fingerprint::of_bytes(body.as_bytes());
+    let idem = options.idempotent();
+    // 201 and its replay, a 422 mismatch, a released 500, a recorded 404.
+    for _ in 0..2 {
+        options
+            .exchange(idem, "pay-1", fp("a"), answer(StatusCode::CREATED))
+            .await
+            .unwrap();
+    }
+    options
+        .exchange(idem, "pay-1", fp("b"), answer(StatusCode::CREATED))
+        .await
+        .unwrap();
+    options
+        .exchange(idem, "pay-2", fp("a"), answer(StatusCode::BAD_GATEWAY))
+        .await
+        .unwrap();
+    options
+        .exchange(idem, "pay-3", fp("a"), answer(StatusCode::NOT_FOUND))
+        .await
+        .unwrap();
+
+    let samples = recorded();
+    let responses = |class, replayed| {
+        counter(
+            &samples,
+            "idem_http_responses_total",
+            &[
+                ("namespace", namespace.as_str()),
+                ("store", kind.name()),
+                ("class", class),
+                ("replayed", replayed),
+            ],
+        )
+    };
+    assert_eq!(responses("2xx", "false"), 1);
+    assert_eq!(responses("2xx", "true"), 1);
+    assert_eq!(responses("4xx", "false"), 2, "the 422 and the 404");
+    assert_eq!(responses("5xx", "false"), 1);
+    assert_eq!(responses("3xx", "false"), 0);
+    assert_eq!(
+        counter(
+            &samples,
+            "idem_released_total",
+            &[("namespace", namespace.as_str())]
+        ),
+        1,
+        "the 500 released its key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_http_responses_are_counted_by_class() {
+    http_responses_are_counted_by_class(StoreKind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_http_responses_are_counted_by_class() {
+    http_responses_are_counted_by_class(StoreKind::Postgres).await;
+}

@@ -154,6 +154,17 @@ impl Idempotent {
         &self.store
     }
 
+    /// The namespace this handle's keys are in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The `store` label of this handle's metrics and spans (see
+    /// [`with_store_name`](Idempotent::with_store_name)).
+    pub fn store_name(&self) -> &str {
+        self.observed.observe.store_name()
+    }
+
     /// The lease length.
     pub fn lease(&self) -> Duration {
         self.lease
