@@ -31,7 +31,7 @@ use crate::open::{open, Target};
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
 struct Cli {
-    /// The store: sqlite:PATH, redis://HOST[:PORT][/DB], postgres://…, mysql://…
+    /// The store: `sqlite:PATH`, `redis://HOST[:PORT][/DB]`, `postgres://…`, `mysql://…`
     #[arg(long, env = "IDEM_STORE", global = true)]
     store: Option<String>,
     /// The SQL table (PostgreSQL, MySQL); default `idem_records`.
