@@ -87,8 +87,10 @@ impl Stats {
 /// # Contract
 ///
 /// Both methods only read. `list` MUST return only live records of the
-/// listed state, at most `limit` (clamped to 1..=[`MAX_PAGE`]) of them,
-/// and a `next` that continues after them; following `next` until it is
+/// listed state, at most `limit` (clamped to 1..=[`MAX_PAGE`]) of them
+/// (a store that pages with a server-side scan, as Redis does, MAY return
+/// a scan's worth more, and says so), and a `next` that continues after
+/// them; following `next` until it is
 /// `None` MUST visit every record that stayed live and in that state
 /// throughout, at least once. A page MAY hold fewer than `limit` records
 /// while `next` is `Some`. `stats` counts every record once; on a busy

@@ -19,6 +19,7 @@ use crate::RedisStore;
 // steps, so a listing over a store that holds mostly other states still
 // answers promptly; `next` carries on from there.
 const MAX_STEPS: usize = 16;
+const SCAN_WORK: usize = 1000;
 
 impl RedisStore {
     /// One `SCAN` step from `cursor`: the next cursor and the store keys
@@ -93,8 +94,8 @@ fn cursor(after: Option<&str>) -> Result<u64, StoreError> {
 #[async_trait]
 impl Inspect for RedisStore {
     /// Pages follow `SCAN`: `next` is its cursor. A page holds the
-    /// matching records of the scan steps it ran, which Redis keeps near
-    /// `limit` keys each, so it may hold a few more than `limit`.
+    /// matching records of the scan steps it ran (each walks at least 1000
+    /// keys), so it may hold more than `limit`.
     async fn list(
         &self,
         listing: Listing,
@@ -105,7 +106,10 @@ impl Inspect for RedisStore {
         let mut at = cursor(after)?;
         let mut records = Vec::new();
         for _ in 0..MAX_STEPS {
-            let (next, keys) = self.scan(at, limit).await?;
+            // COUNT is how many slots a step walks, not how many keys it
+            // returns: on a server shared with other data most slots hold
+            // other keys, so a step walks at least SCAN_WORK of them.
+            let (next, keys) = self.scan(at, limit.max(SCAN_WORK)).await?;
             for key in keys {
                 // Gone since the scan saw it, or expired: not listed.
                 if let Some(record) = self.load(&key).await? {
@@ -127,7 +131,7 @@ impl Inspect for RedisStore {
         let mut stats = Stats::default();
         let mut at = 0;
         loop {
-            let (next, keys) = self.scan(at, 1000).await?;
+            let (next, keys) = self.scan(at, SCAN_WORK).await?;
             for key in keys {
                 if let Some(record) = self.load(&key).await? {
                     stats.add(&record);
