@@ -8,8 +8,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::machine::{decide, Decision};
+use crate::observe::{self, KeyInTraces, Observe, ObservedStore};
 use crate::{
     Begin, Error, Fingerprint, Fingerprints, Insert, Key, Lease, NewRecord, Replay, State, Store,
     Token, When,
@@ -39,6 +41,8 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone)]
 pub struct Idempotent {
     store: Arc<dyn Store>,
+    // The store as this handle calls it: timed, traced and counted.
+    observed: Arc<ObservedStore>,
     namespace: Arc<str>,
     scope: Arc<str>,
     lease: Duration,
@@ -55,7 +59,13 @@ impl Idempotent {
 
     /// Wraps a shared store without adding another `Arc`.
     pub fn from_arc(store: Arc<dyn Store>) -> Idempotent {
+        let observe = Observe::new(
+            observe::store_name(&*store),
+            Arc::from(""),
+            KeyInTraces::default(),
+        );
         Idempotent {
+            observed: Arc::new(ObservedStore::new(Arc::clone(&store), observe)),
             store,
             namespace: Arc::from(""),
             scope: Arc::from(""),
@@ -85,6 +95,35 @@ impl Idempotent {
     /// Sets the namespace that separates applications sharing one store.
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Idempotent {
         self.namespace = Arc::from(namespace.into());
+        let observe = &self.observed.observe;
+        let observe = Observe::new(
+            Arc::from(observe.store_name()),
+            Arc::clone(&self.namespace),
+            observe.keys,
+        );
+        self.observe(observe)
+    }
+
+    /// Sets the `store` label of this handle's metrics and spans (see
+    /// [Metrics](crate::observe#metrics)). By default it is the store's type
+    /// name without `Store`, in lower case: `sqlite`, `redis`, `postgres`,
+    /// `mysql`, `memory`.
+    pub fn with_store_name(self, name: impl Into<String>) -> Idempotent {
+        let keys = self.observed.observe.keys;
+        let namespace = Arc::clone(&self.namespace);
+        self.observe(Observe::new(Arc::from(name.into()), namespace, keys))
+    }
+
+    /// Sets how keys appear in spans and log lines: a hash by default
+    /// (see [`KeyInTraces`]).
+    pub fn with_key_in_traces(self, keys: KeyInTraces) -> Idempotent {
+        let store = Arc::from(self.observed.observe.store_name());
+        let namespace = Arc::clone(&self.namespace);
+        self.observe(Observe::new(store, namespace, keys))
+    }
+
+    fn observe(mut self, observe: Observe) -> Idempotent {
+        self.observed = Arc::new(ObservedStore::new(Arc::clone(&self.store), observe));
         self
     }
 
@@ -113,6 +152,17 @@ impl Idempotent {
     /// The store behind this handle.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The namespace this handle's keys are in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The `store` label of this handle's metrics and spans (see
+    /// [`with_store_name`](Idempotent::with_store_name)).
+    pub fn store_name(&self) -> &str {
+        self.observed.observe.store_name()
     }
 
     /// The lease length.
@@ -220,6 +270,27 @@ impl Idempotent {
         // The key is checked before the body is even encoded: an invalid key
         // touches nothing.
         let key = self.key(key).map_err(Error::into_work_error)?;
+        let span = self.observed.observe.span("idem.execute", &key);
+        self.call_key(key, body, work, remember, replay_failure)
+            .instrument(span)
+            .await
+    }
+
+    async fn call_key<B, T, E, F, Fut>(
+        &self,
+        key: Key,
+        body: &B,
+        work: F,
+        remember: impl FnOnce(&E) -> Option<serde_json::Result<Vec<u8>>> + Send,
+        replay_failure: impl FnOnce(&[u8]) -> Error<E> + Send,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send,
+        E: Send,
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = Result<T, E>> + Send,
+    {
         let fingerprint = Fingerprint::of_json(body).map_err(Error::Encode)?;
         let lease = match self.begin_key(key, fingerprint.into()).await {
             Ok(Begin::Run(lease)) => lease,
@@ -257,7 +328,7 @@ impl Idempotent {
                 let settled = match remember(&error) {
                     Some(Ok(payload)) => lease.fail(&payload).await,
                     Some(Err(encode)) => {
-                        tracing::warn!(key = %lease.key(), error = %encode,
+                        tracing::warn!(error = %encode,
                             "a failure to remember cannot be encoded; releasing the key");
                         lease.release().await
                     }
@@ -266,7 +337,7 @@ impl Idempotent {
                 if let Err(settle) = settled {
                     // The work's own error is what the caller must see; the
                     // key stays claimed until its lease lapses.
-                    tracing::warn!(key = %lease.key(), error = %settle,
+                    tracing::warn!(error = %settle,
                         "could not settle the key after the work failed");
                 }
                 Err(Error::Work(error))
@@ -290,7 +361,11 @@ impl Idempotent {
         key: &str,
         fingerprint: impl Into<Fingerprints>,
     ) -> Result<Begin, Error> {
-        self.begin_key(self.key(key)?, fingerprint.into()).await
+        let key = self.key(key)?;
+        let span = self.observed.observe.span("idem.begin", &key);
+        self.begin_key(key, fingerprint.into())
+            .instrument(span)
+            .await
     }
 
     pub(crate) async fn begin_key(
@@ -311,21 +386,30 @@ impl Idempotent {
                 lease: Some(self.lease),
                 retention: self.claimed_retention(),
             };
-            let found = match self.store.insert(key.as_str(), &record).await {
+            let found = match self.observed.insert(key.as_str(), &record).await {
                 Ok(Insert::Inserted) => {
-                    return Ok(Begin::Run(self.lease_for(key, token, fingerprint)))
+                    self.observed.observe.decided("executed");
+                    return Ok(Begin::Run(self.lease_for(key, token, fingerprint)));
                 }
                 Ok(Insert::Found(found)) => found,
                 Err(source) => return Err(Error::store(source, When::BeforeWork)),
             };
             let left = match decide(&found, &fingerprints) {
-                Decision::Mismatch => return Err(Error::Mismatch),
+                Decision::Mismatch => {
+                    self.observed.observe.decided("mismatch");
+                    return Err(Error::Mismatch);
+                }
                 Decision::Replay => {
-                    return Ok(Begin::Replay(Replay::new(found.state, found.payload)))
+                    self.observed.observe.decided("replayed");
+                    return Ok(Begin::Replay(Replay::new(found.state, found.payload)));
                 }
                 Decision::TakeOver(old) => {
-                    match self.store.take_over(key.as_str(), old, &record).await {
-                        Ok(true) => return Ok(Begin::Run(self.lease_for(key, token, fingerprint))),
+                    match self.observed.take_over(key.as_str(), old, &record).await {
+                        Ok(true) => {
+                            self.observed.observe.decided("executed");
+                            tracing::Span::current().record("decision", "taken_over");
+                            return Ok(Begin::Run(self.lease_for(key, token, fingerprint)));
+                        }
                         // Another recoverer won, or the owner renewed or
                         // finished just in time: look again.
                         Ok(false) if lost_takeovers < MAX_LOST_TAKEOVERS => {
@@ -339,6 +423,7 @@ impl Idempotent {
                 Decision::InProgress(left) => left,
             };
             if !waiter.pause(left).await {
+                self.observed.observe.decided("in_progress");
                 return Err(Error::InProgress { retry_after: left });
             }
         }
@@ -351,13 +436,14 @@ impl Idempotent {
 
     fn lease_for(&self, key: Key, token: Token, fingerprint: Fingerprint) -> Lease {
         Lease::new(
-            Arc::clone(&self.store),
+            Arc::clone(&self.observed) as Arc<dyn Store>,
             key,
             token,
             fingerprint,
             self.lease,
             self.claimed_retention(),
         )
+        .observed(self.observed.observe.clone())
     }
 }
 

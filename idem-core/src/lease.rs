@@ -7,6 +7,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::observe::{Observe, TracedKey};
 use crate::{Error, Fingerprint, Key, State, Store, Token, When};
 
 /// What [`Idempotent::begin`](crate::Idempotent::begin) decided.
@@ -78,6 +79,8 @@ pub struct Lease {
     fingerprint: Fingerprint,
     lease: Duration,
     retention: Duration,
+    // Labels for the work's duration and how logs show the key.
+    observe: Option<Observe>,
 }
 
 impl fmt::Debug for Lease {
@@ -106,12 +109,26 @@ impl Lease {
             fingerprint,
             lease,
             retention,
+            observe: None,
         }
     }
 
     /// The store this lease was claimed in.
     pub(crate) fn store_arc(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Records this lease's work duration with these labels, and shows its
+    /// key in logs as they say.
+    pub(crate) fn observed(mut self, observe: Observe) -> Lease {
+        self.observe = Some(observe);
+        self
+    }
+
+    /// The key as logs show it (a hash by default).
+    fn traced_key(&self) -> TracedKey<'_> {
+        let keys = self.observe.as_ref().map(|o| o.keys).unwrap_or_default();
+        TracedKey(&self.key, keys)
     }
 
     /// The key this lease holds.
@@ -158,18 +175,23 @@ impl Lease {
     /// its outcome must then not be recorded (recording would fail with
     /// [`Error::LeaseLost`] anyway).
     pub async fn run<F: Future>(&self, work: F) -> Ran<F::Output> {
+        let started = std::time::Instant::now();
         let mut work = pin!(work);
         let heartbeat = self.heartbeat();
         let mut heartbeat = pin!(heartbeat);
-        tokio::select! {
+        let ran = tokio::select! {
             biased;
             output = &mut work => Ran { output, lease_lost: false },
             () = &mut heartbeat => {
-                tracing::warn!(key = %self.key,
+                tracing::warn!(key = %self.traced_key(),
                     "lease lost while the work ran; its outcome will not be recorded");
                 Ran { output: work.await, lease_lost: true }
             }
+        };
+        if let Some(observe) = &self.observe {
+            observe.worked(started.elapsed());
         }
+        ran
     }
 
     /// Extends the lease by its full length from now.
@@ -220,7 +242,9 @@ impl Lease {
             match self.renew().await {
                 Ok(()) => {}
                 Err(Error::LeaseLost) => return,
-                Err(error) => tracing::warn!(key = %self.key, %error, "lease renewal failed"),
+                Err(error) => {
+                    tracing::warn!(key = %self.traced_key(), %error, "lease renewal failed")
+                }
             }
         }
     }

@@ -191,6 +191,7 @@ mod effects;
 mod error;
 mod fingerprint;
 mod idempotent;
+mod inspect;
 /// Entry points for the fuzz targets in `idem-fuzz`; not a stable API.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -201,6 +202,8 @@ mod key;
 mod lease;
 mod machine;
 mod memory;
+pub mod observe;
+mod purger;
 mod record;
 pub mod steps;
 mod store;
@@ -209,9 +212,12 @@ pub use effects::Started;
 pub use error::{Error, When};
 pub use fingerprint::{Fingerprint, Fingerprints};
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
+pub use inspect::{page_limit, Inspect, KeyParts, Listed, Listing, Page, Stats, MAX_PAGE};
 pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use lease::{Begin, Lease, Ran, Replay};
 pub use memory::MemoryStore;
+pub use observe::{key_hash, KeyInTraces};
+pub use purger::{spawn_purger, PURGE_BATCH};
 pub use record::{NewRecord, ParseError, Record, State, Token};
 pub use steps::{
     Durable, PendingStep, Poisoned, StepEncoder, StepStart, StepWriter, Steps, StepsError,

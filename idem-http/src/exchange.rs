@@ -111,6 +111,23 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
+        let reply = self.exchange_key(idem, key, fingerprint, handler).await;
+        crate::metrics::count(idem, &reply);
+        reply
+    }
+
+    async fn exchange_key<H, Fut, B, E>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        fingerprint: impl Into<Fingerprints>,
+        handler: H,
+    ) -> Result<Reply<B>, E>
+    where
+        H: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Response<B>, E>>,
+        B: ResponseBody,
+    {
         let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
         let problem = match begun.await {
             Ok(Begin::Run(lease)) => return self.run(lease, handler).await,

@@ -67,6 +67,7 @@
 mod exchange;
 mod fingerprint;
 mod header;
+mod metrics;
 mod options;
 mod problem;
 pub mod stored;

@@ -146,6 +146,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspect;
 mod schema;
 mod store;
 

@@ -49,8 +49,8 @@ const PURGE_CHUNK: usize = 500;
 /// [crate docs](crate#locks-and-deadlocks) for the locks they take.
 #[derive(Clone)]
 pub struct MySqlStore {
-    pool: MySqlPool,
-    sql: Arc<Statements>,
+    pub(crate) pool: MySqlPool,
+    pub(crate) sql: Arc<Statements>,
 }
 
 impl fmt::Debug for MySqlStore {

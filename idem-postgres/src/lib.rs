@@ -114,6 +114,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspect;
 mod schema;
 mod steps;
 mod store;

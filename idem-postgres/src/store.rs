@@ -42,8 +42,8 @@ use crate::schema::{Statements, TableName};
 /// [`StoreError`]; the claim is then safe to retry.
 #[derive(Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
-    sql: Arc<Statements>,
+    pub(crate) pool: PgPool,
+    pub(crate) sql: Arc<Statements>,
 }
 
 impl fmt::Debug for PostgresStore {

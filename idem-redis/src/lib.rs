@@ -28,6 +28,7 @@ mod connection;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspect;
 mod ops;
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]

@@ -51,6 +51,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspect;
 mod ops;
 #[cfg(feature = "raw-protocol")]
 mod raw;

@@ -101,6 +101,8 @@ pub(crate) enum Op {
     Raw(crate::raw::RawOp),
     /// A lease's work and its fenced completion, in one savepoint.
     Work(crate::tx::TxWork),
+    /// A read across records, for operators.
+    Inspect(crate::inspect::Query),
 }
 
 /// What an operation answered.
@@ -110,6 +112,8 @@ pub(crate) enum Done {
     Changed(bool),
     Loaded(Option<Record>),
     Purged(usize),
+    Page(idem_core::Page),
+    Stats(idem_core::Stats),
     #[cfg(feature = "raw-protocol")]
     Claimed(Option<Vec<u8>>),
 }
@@ -132,14 +136,14 @@ impl From<rusqlite::Error> for OpError {
 impl Op {
     /// Whether the operation only reads, so it needs no write lock.
     pub(crate) fn is_read(&self) -> bool {
-        matches!(self, Op::Load { .. })
+        matches!(self, Op::Load { .. } | Op::Inspect(_))
     }
 
     /// Whether leaving the operation undone is as good as doing it when
     /// nobody awaits its answer: claims and reads.
     pub(crate) fn is_skippable(&self) -> bool {
         match self {
-            Op::Insert { .. } | Op::Load { .. } => true,
+            Op::Insert { .. } | Op::Load { .. } | Op::Inspect(_) => true,
             Op::Swap { take_over, .. } => *take_over,
             Op::Remove { .. } | Op::Purge { .. } | Op::Work(_) => false,
             #[cfg(feature = "raw-protocol")]
@@ -213,6 +217,7 @@ impl Op {
             #[cfg(feature = "raw-protocol")]
             Op::Raw(raw) => raw.run(conn, now),
             Op::Work(work) => crate::tx::run(conn, work),
+            Op::Inspect(query) => query.run(conn, now),
         }
     }
 }
@@ -233,14 +238,14 @@ pub(crate) fn load(conn: &Connection, key: &str, now: i64) -> Result<Option<Reco
 
 /// Turns a live row into a record, refusing anything the store could not
 /// have written.
-fn decode(row: &Row<'_>, now: i64) -> Result<Record, String> {
+pub(crate) fn decode(row: &impl Columns, now: i64) -> Result<Record, String> {
     let column = |error: rusqlite::Error| format!("has a column that does not read: {error}");
-    let token: Vec<u8> = row.get(0).map_err(column)?;
-    let fingerprint: Vec<u8> = row.get(1).map_err(column)?;
-    let state: i64 = row.get(2).map_err(column)?;
-    let payload: Vec<u8> = row.get(3).map_err(column)?;
-    let lease_until: Option<i64> = row.get(4).map_err(column)?;
-    let retain_until: i64 = row.get(5).map_err(column)?;
+    let token: Vec<u8> = row.column(0).map_err(column)?;
+    let fingerprint: Vec<u8> = row.column(1).map_err(column)?;
+    let state: i64 = row.column(2).map_err(column)?;
+    let payload: Vec<u8> = row.column(3).map_err(column)?;
+    let lease_until: Option<i64> = row.column(4).map_err(column)?;
+    let retain_until: i64 = row.column(5).map_err(column)?;
 
     let bad = |error: idem_core::ParseError| format!("is not a record: {error}");
     let token = Token::try_from(token.as_slice()).map_err(bad)?;
@@ -260,6 +265,17 @@ fn decode(row: &Row<'_>, now: i64) -> Result<Record, String> {
             .then(|| lease_until.map_or(Duration::ZERO, |until| remaining(now, until))),
         retention_remaining: remaining(now, retain_until),
     })
+}
+
+/// The columns of a record's row, `token` first.
+pub(crate) trait Columns {
+    fn column<T: rusqlite::types::FromSql>(&self, index: usize) -> rusqlite::Result<T>;
+}
+
+impl Columns for Row<'_> {
+    fn column<T: rusqlite::types::FromSql>(&self, index: usize) -> rusqlite::Result<T> {
+        self.get(index)
+    }
 }
 
 /// Now, in unix microseconds. A clock set before 1970 reads as 1970, which

@@ -1,0 +1,259 @@
+//! `idem`: look inside an idem store, release a stuck key, purge expired
+//! records and count records by state, for any store by URL.
+//!
+//! ```text
+//! idem --store sqlite:idem.db stats
+//! idem --store redis://127.0.0.1/ inspect order-7f3a --scope tenant-1 --namespace payments
+//! idem --store postgres://localhost/app list --in-flight --limit 50
+//! idem --store mysql://root@localhost/app release order-7f3a --token 9c0d…
+//! idem --store postgres://localhost/app purge
+//! ```
+//!
+//! The store URL may also come from `IDEM_STORE`. Only `release` and
+//! `purge` write, each exactly what it says, and every command prints what
+//! it did. `release` is fenced: it deletes an in-flight record only if it
+//! still holds the token given, the one `inspect` or `list` showed, so a
+//! key that a live owner renewed or another caller took over meanwhile is
+//! left alone. Exit status: 0 done, 1 refused or failed, 2 bad usage.
+#![forbid(unsafe_code)]
+
+mod open;
+mod show;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use idem_core::{key_hash, Key, Listing, PURGE_BATCH};
+
+use crate::open::{open, Target};
+
+/// Look inside an idem store.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version)]
+struct Cli {
+    /// The store: `sqlite:PATH`, `redis://HOST[:PORT][/DB]`, `postgres://…`, `mysql://…`
+    #[arg(long, env = "IDEM_STORE", global = true)]
+    store: Option<String>,
+    /// The SQL table (PostgreSQL, MySQL); default `idem_records`.
+    #[arg(long, global = true)]
+    table: Option<String>,
+    /// The Redis key prefix; default `idem:`.
+    #[arg(long, global = true)]
+    prefix: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show one key's record: state, times left, token, fingerprint and a
+    /// preview of its outcome. Reads only.
+    Inspect(KeyArgs),
+    /// List in-flight or failed records, a page at a time. Reads only.
+    List(ListArgs),
+    /// Delete an in-flight record, only if it still holds TOKEN.
+    Release {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// The token `inspect` or `list` showed for the record.
+        #[arg(long)]
+        token: String,
+    },
+    /// Delete records past their retention (never a live one).
+    Purge {
+        /// Only count the expired records; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Count records by state. Reads only.
+    Stats,
+}
+
+#[derive(Debug, Args)]
+struct KeyArgs {
+    /// The client key, as the caller sent it.
+    key: String,
+    /// The scope (tenant or principal) the key belongs to.
+    #[arg(long, default_value = "")]
+    scope: String,
+    /// The namespace the application uses.
+    #[arg(long, default_value = "")]
+    namespace: String,
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false, id = "which")]
+struct Which {
+    /// Records held by a lease, or whose lease lapsed.
+    #[arg(long)]
+    in_flight: bool,
+    /// Remembered failures.
+    #[arg(long)]
+    failed: bool,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    #[command(flatten)]
+    which: Which,
+    /// How many records a page holds (1 to 1000).
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// Where the page starts: the `--after` value the page before printed.
+    #[arg(long)]
+    after: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(url) = cli.store.as_deref() else {
+        eprintln!("idem: no store given: pass --store URL or set IDEM_STORE");
+        return ExitCode::from(2);
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("idem: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let target = Target {
+        url,
+        table: cli.table.as_deref(),
+        prefix: cli.prefix.as_deref(),
+    };
+    match runtime.block_on(run(&target, cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("idem: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
+    let store = open(target).await?;
+    let failed = |e: idem_core::StoreError| e.to_string();
+    match command {
+        Command::Inspect(args) => {
+            let key = key(&args)?;
+            let record = store.load(key.as_str()).await.map_err(failed)?;
+            println!("key          {}", show::key(key.as_str()));
+            println!("hash         {}", key_hash(key.as_str()));
+            let Some(record) = record else {
+                println!("state        absent (no live record: never used, released or expired)");
+                return Ok(());
+            };
+            println!("state        {}", show::state(&record));
+            println!(
+                "retention    {} left",
+                show::duration(record.retention_remaining)
+            );
+            println!("token        {}", record.token);
+            println!("fingerprint  {}", record.fingerprint);
+            println!(
+                "outcome      {} bytes: {}",
+                record.payload.len(),
+                show::preview(&record.payload)
+            );
+            Ok(())
+        }
+        Command::List(args) => {
+            let listing = if args.which.failed {
+                Listing::Failed
+            } else {
+                Listing::InFlight
+            };
+            let page = store
+                .list(listing, args.after.as_deref(), args.limit)
+                .await
+                .map_err(failed)?;
+            for listed in &page.records {
+                let record = &listed.record;
+                println!(
+                    "{}  token {}  {}  retention {} left  {} bytes",
+                    show::key(&listed.key),
+                    record.token,
+                    show::state(record),
+                    show::duration(record.retention_remaining),
+                    record.payload.len()
+                );
+            }
+            println!("{} record(s) on this page", page.records.len());
+            match page.next {
+                Some(next) => println!("next page: --after {next}"),
+                None => println!("no more pages"),
+            }
+            Ok(())
+        }
+        Command::Release { key: args, token } => {
+            let key = key(&args)?;
+            let token = show::parse_token(&token)?;
+            if store.remove(key.as_str(), token).await.map_err(failed)? {
+                println!(
+                    "released {}: the next request runs the work again",
+                    show::key(key.as_str())
+                );
+                return Ok(());
+            }
+            // Say why nothing changed, from what is there now.
+            let why = match store.load(key.as_str()).await.map_err(failed)? {
+                None => "no live record is there".to_owned(),
+                Some(record) if record.state != idem_core::State::InFlight => {
+                    format!("the record is {}, not in flight", show::state(&record))
+                }
+                Some(record) if record.token != token => format!(
+                    "the record holds another token now ({}; {}): its owner changed since you looked",
+                    record.token,
+                    show::state(&record)
+                ),
+                // It changed between the two reads.
+                Some(record) => format!("the record changed meanwhile ({})", show::state(&record)),
+            };
+            Err(format!(
+                "refused to release {}: {why}; nothing changed",
+                show::key(key.as_str())
+            ))
+        }
+        Command::Purge { dry_run: true } => {
+            let stats = store.stats().await.map_err(failed)?;
+            println!(
+                "{} expired record(s) would be purged; nothing deleted (dry run)",
+                stats.expired
+            );
+            Ok(())
+        }
+        Command::Purge { dry_run: false } => {
+            let mut total = 0;
+            loop {
+                let purged = store
+                    .purge_expired(PURGE_BATCH)
+                    .await
+                    .map_err(|e| format!("{e} (after purging {total} record(s))"))?;
+                total += purged;
+                if purged < PURGE_BATCH {
+                    break;
+                }
+            }
+            println!("purged {total} expired record(s); live records untouched");
+            Ok(())
+        }
+        Command::Stats => {
+            let stats = store.stats().await.map_err(failed)?;
+            println!("in flight    {}", stats.in_flight);
+            println!("lapsed       {}", stats.lapsed);
+            println!("completed    {}", stats.completed);
+            println!("failed       {}", stats.failed);
+            println!("expired      {}", stats.expired);
+            Ok(())
+        }
+    }
+}
+
+fn key(args: &KeyArgs) -> Result<Key, String> {
+    Key::new(&args.namespace, &args.scope, &args.key).map_err(|e| e.to_string())
+}

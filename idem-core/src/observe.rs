@@ -1,0 +1,354 @@
+//! Metrics and tracing: what an operator sees of idem at run time.
+//!
+//! # Metrics
+//!
+//! Recorded through the [`metrics`] facade, so the exporter (Prometheus,
+//! StatsD, …) is the application's choice; with no recorder installed each
+//! one costs a check of the facade's no-op path. Every metric is labelled
+//! `store` (such as `sqlite`, `redis`, `postgres`, `mysql`, `memory`; see
+//! [`Idempotent::with_store_name`](crate::Idempotent::with_store_name)) and
+//! `namespace`, **never by key**: keys are unbounded and may name tenants.
+//!
+//! | metric | kind | when |
+//! |---|---|---|
+//! | `idem_executed_total` | counter | a caller got the key and runs the work (a fresh claim or a takeover) |
+//! | `idem_replayed_total` | counter | a recorded outcome (success or remembered failure) was replayed |
+//! | `idem_mismatch_total` | counter | the key was used with another request |
+//! | `idem_in_progress_total` | counter | a caller found a live lease and gave up (409) |
+//! | `idem_taken_over_total` | counter | a lapsed lease was taken over |
+//! | `idem_completed_total` | counter | an outcome was recorded |
+//! | `idem_failures_remembered_total` | counter | a failure was recorded to be replayed |
+//! | `idem_released_total` | counter | a key was given back after the work failed |
+//! | `idem_lease_lost_total` | counter | an owner's complete, fail, release or renewal found its lease taken over |
+//! | `idem_store_errors_total` | counter | a store call failed; labels `op`, `kind` (`backend`, `corrupt`, `config`) and `work` |
+//! | `idem_store_call_seconds` | histogram | every store call; label `op` |
+//! | `idem_work_seconds` | histogram | the work, from the claim's answer to its end |
+//! | `idem_purged_total` | counter | records deleted by [`spawn_purger`](crate::spawn_purger) |
+//! | `idem_purge_errors_total` | counter | a purge that failed |
+//!
+//! The `work` label of a store error says whether the work had run, as
+//! [`When`](crate::When) does: `before` for a claim or takeover (`insert`,
+//! `take_over`), `during` for a lease renewal, `after` for `complete`,
+//! `fail` and `release`, and `none` for calls outside a request (`load`,
+//! `purge_expired`).
+//!
+//! # Tracing
+//!
+//! `execute` runs in a span `idem.execute` and the begin API in a span
+//! `idem.begin`, each with the fields `namespace`, `key` and `decision`
+//! (`executed`, `taken_over`, `replayed`, `mismatch`, `in_progress`). Every
+//! store call runs in a span `idem.store` with `store`, `op` and
+//! `outcome`. The key appears only as [`KeyInTraces`] says: by default a
+//! short hash, so traces and logs never carry a tenant's key or scope.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use metrics::{Label, SharedString};
+use sha2::{Digest, Sha256};
+use tracing::Instrument;
+
+use crate::{Insert, Key, NewRecord, Record, State, Store, StoreError, StoreErrorKind, Token};
+
+/// How a key appears in spans and log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyInTraces {
+    /// The first 8 bytes of the SHA-256 of the whole stored key
+    /// (namespace, scope and client key), as 16 hex digits: the same key
+    /// always gives the same hash, so an operator can follow one key
+    /// through the logs and match it with `idem inspect`, but nothing of
+    /// the key or the tenant can be read from it. The default.
+    #[default]
+    Hash,
+    /// The client key as the caller sent it (never the scope). Choose it
+    /// when client keys are random and carry no tenant data.
+    ClientKey,
+}
+
+/// The short hash of a stored key that [`KeyInTraces::Hash`] shows: 16 hex
+/// digits. `idem inspect` prints it too.
+pub fn key_hash(stored_key: &str) -> String {
+    let digest = Sha256::digest(stored_key.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A key as traces show it; formatted only when a subscriber records it.
+pub(crate) struct TracedKey<'a>(pub(crate) &'a Key, pub(crate) KeyInTraces);
+
+impl fmt::Display for TracedKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            KeyInTraces::Hash => f.write_str(&key_hash(self.0.as_str())),
+            KeyInTraces::ClientKey => f.write_str(self.0.client_key()),
+        }
+    }
+}
+
+/// The labels and settings every metric and span of one handle carries.
+#[derive(Debug, Clone)]
+pub(crate) struct Observe {
+    store: Arc<str>,
+    namespace: Arc<str>,
+    pub(crate) keys: KeyInTraces,
+}
+
+impl Observe {
+    pub(crate) fn new(store: Arc<str>, namespace: Arc<str>, keys: KeyInTraces) -> Observe {
+        Observe {
+            store,
+            namespace,
+            keys,
+        }
+    }
+
+    pub(crate) fn store_name(&self) -> &str {
+        &self.store
+    }
+
+    fn labels(&self) -> Vec<Label> {
+        vec![
+            Label::new("store", SharedString::from(Arc::clone(&self.store))),
+            Label::new("namespace", SharedString::from(Arc::clone(&self.namespace))),
+        ]
+    }
+
+    fn with(&self, extra: &[(&'static str, &'static str)]) -> Vec<Label> {
+        let mut labels = self.labels();
+        labels.extend(extra.iter().map(|&(k, v)| Label::new(k, v)));
+        labels
+    }
+
+    /// Adds one to the counter `name`.
+    pub(crate) fn count(&self, name: &'static str) {
+        metrics::counter!(name, self.labels()).increment(1);
+    }
+
+    /// Counts a decision on a claim and records it on the current span.
+    pub(crate) fn decided(&self, decision: &'static str) {
+        tracing::Span::current().record("decision", decision);
+        let name = match decision {
+            "executed" => "idem_executed_total",
+            "replayed" => "idem_replayed_total",
+            "mismatch" => "idem_mismatch_total",
+            "in_progress" => "idem_in_progress_total",
+            _ => return,
+        };
+        self.count(name);
+    }
+
+    /// Records how long the work ran.
+    pub(crate) fn worked(&self, took: Duration) {
+        metrics::histogram!("idem_work_seconds", self.labels()).record(took.as_secs_f64());
+    }
+
+    /// A span for one `execute` or `begin`.
+    pub(crate) fn span(&self, name: &'static str, key: &Key) -> tracing::Span {
+        let key = TracedKey(key, self.keys);
+        match name {
+            "idem.execute" => tracing::info_span!("idem.execute",
+                namespace = %self.namespace, key = %key, decision = tracing::field::Empty),
+            _ => tracing::info_span!("idem.begin",
+                namespace = %self.namespace, key = %key, decision = tracing::field::Empty),
+        }
+    }
+
+    /// Runs one store call in a span, timing it and counting its failure.
+    async fn call<T, F>(&self, op: &'static str, work: &'static str, call: F) -> F::Output
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let span = tracing::debug_span!("idem.store", store = %self.store, op,
+            outcome = tracing::field::Empty);
+        let started = Instant::now();
+        let answer = call.instrument(span.clone()).await;
+        let took = started.elapsed();
+        metrics::histogram!("idem_store_call_seconds", self.with(&[("op", op)]))
+            .record(took.as_secs_f64());
+        if let Err(error) = &answer {
+            span.record("outcome", "error");
+            let kind = match error.kind() {
+                StoreErrorKind::Backend => "backend",
+                StoreErrorKind::Corrupt => "corrupt",
+                StoreErrorKind::Config => "config",
+            };
+            metrics::counter!(
+                "idem_store_errors_total",
+                self.with(&[("op", op), ("kind", kind), ("work", work)])
+            )
+            .increment(1);
+        }
+        answer
+    }
+}
+
+/// The store as a handle calls it: every call timed, traced and counted.
+/// [`Idempotent::store`](crate::Idempotent::store) still returns the store
+/// itself, so calls made on it directly are not counted.
+#[derive(Clone)]
+pub(crate) struct ObservedStore {
+    inner: Arc<dyn Store>,
+    pub(crate) observe: Observe,
+}
+
+impl fmt::Debug for ObservedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Shows as the store it wraps.
+        self.inner.fmt(f)
+    }
+}
+
+impl ObservedStore {
+    pub(crate) fn new(inner: Arc<dyn Store>, observe: Observe) -> ObservedStore {
+        ObservedStore { inner, observe }
+    }
+
+    fn record_outcome(outcome: &'static str) {
+        tracing::Span::current().record("outcome", outcome);
+    }
+}
+
+/// The store's name for labels: from its `Debug` form's type name
+/// (`SqliteStore { .. }` is `sqlite`), lower case, without `Store`.
+pub(crate) fn store_name(store: &dyn Store) -> Arc<str> {
+    let shown = format!("{store:?}");
+    let name: String = shown
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let name = name.strip_suffix("Store").unwrap_or(&name);
+    if name.is_empty() {
+        Arc::from("store")
+    } else {
+        Arc::from(name.to_ascii_lowercase())
+    }
+}
+
+#[async_trait]
+impl Store for ObservedStore {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        self.observe
+            .call("insert", "before", async {
+                let answer = self.inner.insert(key, record).await;
+                if let Ok(insert) = &answer {
+                    Self::record_outcome(match insert {
+                        Insert::Inserted => "inserted",
+                        Insert::Found(_) => "found",
+                    });
+                }
+                answer
+            })
+            .await
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let (op, work, done) = match record.state {
+            State::InFlight => ("renew", "during", None),
+            State::Completed => ("complete", "after", Some("idem_completed_total")),
+            State::Failed => ("fail", "after", Some("idem_failures_remembered_total")),
+        };
+        let answer = self
+            .observe
+            .call(op, work, async {
+                let answer = self.inner.swap(key, expected, record).await;
+                if let Ok(swapped) = answer {
+                    Self::record_outcome(if swapped { "swapped" } else { "lease_lost" });
+                }
+                answer
+            })
+            .await;
+        match (answer.as_ref(), done) {
+            (Ok(true), Some(name)) => self.observe.count(name),
+            (Ok(false), _) => self.observe.count("idem_lease_lost_total"),
+            _ => {}
+        }
+        answer
+    }
+
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let answer = self
+            .observe
+            .call("take_over", "before", async {
+                let answer = self.inner.take_over(key, expected, record).await;
+                if let Ok(taken) = answer {
+                    Self::record_outcome(if taken { "taken_over" } else { "lost_race" });
+                }
+                answer
+            })
+            .await;
+        if let Ok(true) = answer {
+            self.observe.count("idem_taken_over_total");
+        }
+        answer
+    }
+
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        let answer = self
+            .observe
+            .call("release", "after", async {
+                let answer = self.inner.remove(key, expected).await;
+                if let Ok(removed) = answer {
+                    Self::record_outcome(if removed { "released" } else { "lease_lost" });
+                }
+                answer
+            })
+            .await;
+        match answer {
+            Ok(true) => self.observe.count("idem_released_total"),
+            Ok(false) => self.observe.count("idem_lease_lost_total"),
+            Err(_) => {}
+        }
+        answer
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.observe
+            .call("load", "none", self.inner.load(key))
+            .await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.observe
+            .call("purge_expired", "none", self.inner.purge_expired(limit))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[test]
+    fn key_hashes_are_stable_and_hide_the_key() {
+        let key = Key::new("ns", "tenant-a", "order-1").unwrap();
+        let hash = key_hash(key.as_str());
+        assert_eq!(hash.len(), 16);
+        assert_eq!(hash, key_hash(key.as_str()));
+        assert!(!hash.contains("order"));
+        let other = Key::new("ns", "tenant-b", "order-1").unwrap();
+        assert_ne!(hash, key_hash(other.as_str()));
+        assert_eq!(
+            TracedKey(&key, KeyInTraces::ClientKey).to_string(),
+            "order-1"
+        );
+    }
+
+    #[test]
+    fn store_names_come_from_the_type() {
+        assert_eq!(&*store_name(&MemoryStore::new()), "memory");
+    }
+}
