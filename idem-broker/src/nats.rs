@@ -1,0 +1,220 @@
+//! NATS JetStream: a pull consumer as a [`Source`].
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::message::AckKind;
+use async_nats::jetstream::{self, Message};
+use async_nats::HeaderMap;
+use async_trait::async_trait;
+use futures_util::StreamExt;
+
+use crate::delivery::{Delivery, Source};
+use crate::BrokerError;
+
+const BROKER: &str = "nats";
+
+/// The header that carries a dead letter's reason.
+pub const REASON_HEADER: &str = "Idem-Dead-Letter-Reason";
+
+/// A JetStream pull consumer handing out deliveries.
+///
+/// The consumer (durable, explicit ack) is made by the application; this
+/// source reads its ack wait and keeps each running delivery alive with an
+/// in-progress ack (`+WPI`) every third of it. Retries are negative acks
+/// with the backoff as the redelivery delay. Dead letters are published,
+/// with the original `Nats-Msg-Id` and an [`REASON_HEADER`] header, to the
+/// dead-letter subject (which a stream must capture: the publish waits for
+/// JetStream's acknowledgement), and then the delivery is terminated
+/// (`+TERM`); without a dead-letter subject it is only terminated.
+pub struct JetStreamSource {
+    context: jetstream::Context,
+    consumer: PullConsumer,
+    ack_wait: Duration,
+    batch: usize,
+    dead_letters: Option<String>,
+    buffer: VecDeque<Message>,
+}
+
+impl fmt::Debug for JetStreamSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JetStreamSource")
+            .field("consumer", &self.consumer.cached_info().name)
+            .field("ack_wait", &self.ack_wait)
+            .field("batch", &self.batch)
+            .field("dead_letters", &self.dead_letters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JetStreamSource {
+    /// Reads deliveries from the durable pull consumer `consumer` of
+    /// `stream`.
+    pub async fn new(
+        context: jetstream::Context,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<JetStreamSource, BrokerError> {
+        let consumer: PullConsumer = context
+            .get_consumer_from_stream(consumer, stream)
+            .await
+            .map_err(|e| BrokerError::broker(BROKER, e))?;
+        let ack_wait = consumer.cached_info().config.ack_wait;
+        Ok(JetStreamSource {
+            context,
+            consumer,
+            ack_wait,
+            batch: 16,
+            dead_letters: None,
+            buffer: VecDeque::new(),
+        })
+    }
+
+    /// Publishes dead letters to `subject` (default: none, only `+TERM`).
+    pub fn with_dead_letter_subject(mut self, subject: impl Into<String>) -> JetStreamSource {
+        self.dead_letters = Some(subject.into());
+        self
+    }
+
+    /// Pulls up to `n` messages per request (default 16). Pulled messages
+    /// wait for a free handler with their ack wait running, so keep it
+    /// near the consumer's concurrency.
+    pub fn with_batch(mut self, n: usize) -> JetStreamSource {
+        self.batch = n.max(1);
+        self
+    }
+}
+
+#[async_trait]
+impl Source for JetStreamSource {
+    async fn next(&mut self, wait: Duration) -> Result<Option<Box<dyn Delivery>>, BrokerError> {
+        if self.buffer.is_empty() {
+            let mut batch = self
+                .consumer
+                .batch()
+                .max_messages(self.batch)
+                .expires(wait.max(Duration::from_millis(100)))
+                .messages()
+                .await
+                .map_err(|e| BrokerError::broker(BROKER, e))?;
+            while let Some(message) = batch.next().await {
+                self.buffer
+                    .push_back(message.map_err(|e| BrokerError::broker(BROKER, e))?);
+            }
+        }
+        let Some(message) = self.buffer.pop_front() else {
+            return Ok(None);
+        };
+        let (count, locator) = {
+            let info = message.info().map_err(|e| BrokerError::Protocol {
+                broker: BROKER,
+                reason: format!("a message without JetStream metadata: {e}"),
+            })?;
+            (
+                u32::try_from(info.delivered).unwrap_or(u32::MAX).max(1),
+                format!("{}#{}", info.stream, info.stream_sequence),
+            )
+        };
+        let id = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+            .map(|v| v.as_str().to_owned());
+        Ok(Some(Box::new(JetStreamDelivery {
+            message,
+            id,
+            count,
+            locator,
+            context: self.context.clone(),
+            dead_letters: self.dead_letters.clone(),
+        })))
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        Some(self.ack_wait / 3)
+    }
+}
+
+struct JetStreamDelivery {
+    message: Message,
+    id: Option<String>,
+    count: u32,
+    locator: String,
+    context: jetstream::Context,
+    dead_letters: Option<String>,
+}
+
+impl fmt::Debug for JetStreamDelivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JetStreamDelivery")
+            .field("id", &self.id)
+            .field("count", &self.count)
+            .field("locator", &self.locator)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Delivery for JetStreamDelivery {
+    fn message_id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    fn payload(&self) -> &[u8] {
+        &self.message.payload
+    }
+
+    fn delivery_count(&self) -> u32 {
+        self.count
+    }
+
+    fn locator(&self) -> String {
+        self.locator.clone()
+    }
+
+    async fn ack(&self) -> Result<(), BrokerError> {
+        // A confirmed ack: the server has taken it when this returns.
+        self.message
+            .double_ack()
+            .await
+            .map_err(|e| BrokerError::broker(BROKER, e))
+    }
+
+    async fn retry(&self, delay: Duration) -> Result<(), BrokerError> {
+        self.message
+            .ack_with(AckKind::Nak(Some(delay)))
+            .await
+            .map_err(|e| BrokerError::broker(BROKER, e))
+    }
+
+    async fn dead_letter(&self, reason: &str) -> Result<(), BrokerError> {
+        if let Some(subject) = &self.dead_letters {
+            let mut headers = HeaderMap::new();
+            if let Some(id) = &self.id {
+                headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+            }
+            headers.insert(REASON_HEADER, reason);
+            self.context
+                .publish_with_headers(subject.clone(), headers, self.message.payload.clone())
+                .await
+                .map_err(|e| BrokerError::broker(BROKER, e))?
+                .await
+                .map_err(|e| BrokerError::broker(BROKER, e))?;
+        } else {
+            tracing::warn!(locator = %self.locator, reason, "terminating a message without a dead-letter subject");
+        }
+        self.message
+            .ack_with(AckKind::Term)
+            .await
+            .map_err(|e| BrokerError::broker(BROKER, e))
+    }
+
+    async fn in_progress(&self) -> Result<(), BrokerError> {
+        self.message
+            .ack_with(AckKind::Progress)
+            .await
+            .map_err(|e| BrokerError::broker(BROKER, e))
+    }
+}
