@@ -18,6 +18,10 @@ const BROKER: &str = "nats";
 
 /// The header that carries a dead letter's reason.
 pub const REASON_HEADER: &str = "Idem-Dead-Letter-Reason";
+/// The header that carries a dead letter's message id. Not `Nats-Msg-Id`:
+/// the dead-letter stream would drop a second dead letter of the same id
+/// within its duplicate window.
+pub const ID_HEADER: &str = "Idem-Message-Id";
 
 /// A JetStream pull consumer handing out deliveries.
 ///
@@ -25,7 +29,8 @@ pub const REASON_HEADER: &str = "Idem-Dead-Letter-Reason";
 /// source reads its ack wait and keeps each running delivery alive with an
 /// in-progress ack (`+WPI`) every third of it. Retries are negative acks
 /// with the backoff as the redelivery delay. Dead letters are published,
-/// with the original `Nats-Msg-Id` and an [`REASON_HEADER`] header, to the
+/// with the original message id in [`ID_HEADER`] and the reason in
+/// [`REASON_HEADER`], to the
 /// dead-letter subject (which a stream must capture: the publish waits for
 /// JetStream's acknowledgement), and then the delivery is terminated
 /// (`+TERM`); without a dead-letter subject it is only terminated.
@@ -193,7 +198,7 @@ impl Delivery for JetStreamDelivery {
         if let Some(subject) = &self.dead_letters {
             let mut headers = HeaderMap::new();
             if let Some(id) = &self.id {
-                headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+                headers.insert(ID_HEADER, id.as_str());
             }
             headers.insert(REASON_HEADER, reason);
             self.context

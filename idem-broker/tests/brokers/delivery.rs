@@ -104,7 +104,9 @@ async fn a_late_ack_from_a_stalled_consumer_settles_nothing(kind: Kind) {
         return;
     };
     fixture.publish("refund-9", b"{}").await;
-    let lease = Duration::from_secs(1);
+    // The idem lease is shorter than the ack wait (1 s), so when B gets
+    // the redelivery A's lease has lapsed and B takes the key over.
+    let lease = Duration::from_millis(400);
     let consumer_a = Consumer::new(fixture.idem(lease).await).with_config(quick());
     let consumer_b = Consumer::new(fixture.idem(lease).await).with_config(quick());
 
@@ -115,10 +117,16 @@ async fn a_late_ack_from_a_stalled_consumer_settles_nothing(kind: Kind) {
         std::thread::sleep(Duration::from_secs(3));
         Ok(())
     };
+    // A runs on a thread and runtime of its own, so its stall freezes only
+    // A: its handler, its heartbeats and its idem renewals.
     let a = {
         let (a_done, heartbeat) = (a_done.clone(), source_a.heartbeat());
-        tokio::spawn(async move {
-            let outcome = consumer_a.handle(delivery_a, &stalled, heartbeat).await;
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let outcome = runtime.block_on(consumer_a.handle(delivery_a, &stalled, heartbeat));
             a_done.store(true, Ordering::SeqCst);
             outcome
         })
@@ -147,7 +155,7 @@ async fn a_late_ack_from_a_stalled_consumer_settles_nothing(kind: Kind) {
     let outcome_b = consumer_b
         .handle(delivery_b, &handler_b, source_b.heartbeat())
         .await;
-    assert_eq!(a.await.unwrap(), Outcome::Abandoned, "{kind:?}");
+    assert_eq!(a.join().unwrap(), Outcome::Abandoned, "{kind:?}");
     assert_eq!(outcome_b, Outcome::Handled, "{kind:?}");
     assert_eq!(*unsettled_while_b_ran.lock().unwrap(), Some(1), "{kind:?}");
     assert_eq!(fixture.unsettled().await, 0, "{kind:?}");

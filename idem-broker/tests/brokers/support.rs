@@ -325,7 +325,10 @@ impl Fixture {
                             .map(|v| v.as_str().to_owned())
                             .unwrap_or_default()
                     };
-                    out.push((header("Nats-Msg-Id"), header(idem_broker::nats::REASON_HEADER)));
+                    out.push((
+                        header(idem_broker::nats::ID_HEADER),
+                        header(idem_broker::nats::REASON_HEADER),
+                    ));
                 }
                 out
             }
