@@ -338,7 +338,10 @@ impl Consumer {
                 self.dead_letter(delivery, error.message()).await
             }
             Err(IdemError::Work(error)) if count >= self.config.max_deliveries => {
-                let reason = format!("failed on delivery {count} of {}: {error}", self.config.max_deliveries);
+                let reason = format!(
+                    "failed on delivery {count} of {}: {error}",
+                    self.config.max_deliveries
+                );
                 self.dead_letter(delivery, &reason).await
             }
             Err(IdemError::Work(error)) => {
@@ -357,8 +360,11 @@ impl Consumer {
                 Outcome::Abandoned
             }
             Err(IdemError::Mismatch) => {
-                self.dead_letter(delivery, "another message was already handled under this id with a different payload")
-                    .await
+                self.dead_letter(
+                    delivery,
+                    "another message was already handled under this id with a different payload",
+                )
+                .await
             }
             Err(IdemError::Store { source, when }) => {
                 tracing::warn!(%key, error = %source, ?when, "idem store failed; the message is handed back");

@@ -1,4 +1,47 @@
 //! NATS JetStream: a pull consumer as a [`Source`].
+//!
+//! ```no_run
+//! use idem_broker::async_nats::{self, jetstream};
+//! use idem_broker::{nats::JetStreamSource, Consumer, Message};
+//! use idem_core::Idempotent;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let js = jetstream::new(async_nats::connect("nats://127.0.0.1:4222").await?);
+//! // The stream "ORDERS" and its durable pull consumer "billing" (explicit
+//! // ack) exist; a stream captures "orders.dead" for the dead letters.
+//! let source = JetStreamSource::new(js, "ORDERS", "billing")
+//!     .await?
+//!     .with_dead_letter_subject("orders.dead");
+//! let store = idem_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+//! let consumer = Consumer::new(Idempotent::new(store));
+//! let handler = |message: Message| async move {
+//!     println!("charging {}", message.key); // keyed by Nats-Msg-Id
+//!     Ok(())
+//! };
+//! consumer.run(source, handler, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **What JetStream guarantees:** at-least-once delivery to a durable
+//! consumer; a message not acked within the ack wait is redelivered;
+//! `Nats-Msg-Id` drops duplicate publishes within the stream's duplicate
+//! window (two minutes by default). It also accepts an ack from whoever
+//! holds a delivery's reply subject, so a consumer that stalled past the
+//! ack wait can ack the message while another consumer is still working on
+//! its redelivery.
+//!
+//! **What idem adds:** the handler runs once per message id for as long
+//! as idem retains the outcome (days, not minutes); the ack is sent only
+//! after the outcome is recorded, so a crash before it means a redelivery
+//! that replays; a consumer that lost its idem lease while it stalled
+//! sends no ack at all; long handlers keep their delivery with `+WPI`.
+//!
+//! **Failures the tests reproduce** (`tests/brokers`): the ack withheld
+//! until the ack wait lapses; a consumer stalled past the ack wait whose
+//! late ack would settle the other consumer's redelivery; duplicate
+//! publishes after the duplicate window; poison and always-failing
+//! messages; consumers killed with SIGKILL mid-handler.
 
 use std::collections::VecDeque;
 use std::fmt;

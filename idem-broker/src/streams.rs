@@ -1,4 +1,41 @@
 //! Redis Streams: a consumer group as a [`Source`].
+//!
+//! ```no_run
+//! use idem_broker::{redis, streams::RedisStreamSource, Consumer, Message};
+//! use idem_core::Idempotent;
+//! use std::time::Duration;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let client = redis::Client::open("redis://127.0.0.1:6379")?;
+//! // Entries carry the fields `id` and `payload` (see `publish`).
+//! let source = RedisStreamSource::new(&client, "orders", "billing", "worker-1")
+//!     .await?
+//!     .with_claim_idle(Duration::from_secs(30));
+//! let store = idem_redis::RedisStore::connect("redis://127.0.0.1:6379").await?;
+//! let consumer = Consumer::new(Idempotent::new(store));
+//! let handler = |message: Message| async move {
+//!     println!("invoicing {}", message.key);
+//!     Ok(())
+//! };
+//! consumer.run(source, handler, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **What Redis Streams guarantee:** an entry read by a consumer of a
+//! group stays pending for it until `XACK`; `XCLAIM` moves it to another
+//! consumer and counts a delivery. Nothing redelivers by itself, nothing
+//! dedupes, and `XACK` does not look at who holds the entry.
+//!
+//! **What idem adds:** one handler run per `id` field; claiming of
+//! entries idle past the claim idle time (a dead consumer's); settles
+//! fenced on the entry's owner and delivery count; idle resets while a
+//! handler runs; a delivery limit and a dead-letter stream with reasons.
+//!
+//! **Failures the tests reproduce** (`tests/brokers`): the ack withheld
+//! until the entry is claimed; a stalled consumer's late `XACK`; an entry
+//! without an id; duplicate publishes; poison and always-failing messages;
+//! consumers killed with SIGKILL mid-handler.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -303,7 +340,12 @@ impl fmt::Debug for StreamDelivery {
 impl StreamDelivery {
     /// Runs the fenced settle `action`; `Ok(false)` when this consumer no
     /// longer holds the entry at this delivery.
-    async fn fenced(&self, action: &str, argument: u64, fields: &[&[u8]]) -> Result<bool, BrokerError> {
+    async fn fenced(
+        &self,
+        action: &str,
+        argument: u64,
+        fields: &[&[u8]],
+    ) -> Result<bool, BrokerError> {
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(&self.stream)

@@ -91,9 +91,7 @@ async fn child_consumer() {
     let name = parts.next().unwrap().to_owned();
     let fixture = Fixture::attach(kind, &name, LEASE, false).await.unwrap();
     let consumer = Consumer::new(fixture.idem(LEASE).await).with_config(config());
-    let source = fixture
-        .source(&idem_testing::unique_name("child"))
-        .await;
+    let source = fixture.source(&idem_testing::unique_name("child")).await;
     consumer
         .run(
             source,
@@ -112,7 +110,9 @@ async fn consumers_killed_mid_handler(kind: Kind) {
     let kills = env_number("IDEM_BROKER_KILLS", 5);
     for round in 0..2 {
         for n in 0..messages {
-            fixture.publish(&format!("pay-{n}"), b"{\"amount\":5}").await;
+            fixture
+                .publish(&format!("pay-{n}"), b"{\"amount\":5}")
+                .await;
         }
         if round == 0 {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -123,7 +123,12 @@ async fn consumers_killed_mid_handler(kind: Kind) {
     for _ in 0..kills {
         let before = calls(&fixture).await;
         let mut child = tokio::process::Command::new(&exe)
-            .args(["--exact", "child::child_consumer", "--ignored", "--test-threads=1"])
+            .args([
+                "--exact",
+                "child::child_consumer",
+                "--ignored",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, format!("{} {}", kind.name(), fixture.name))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -146,7 +151,9 @@ async fn consumers_killed_mid_handler(kind: Kind) {
     let limit = Duration::from_secs(60 + kills);
     let expected = usize::try_from(messages).unwrap();
     fixture
-        .drain(&consumer, charging_handler(&fixture), limit, |e| e.len() == expected)
+        .drain(&consumer, charging_handler(&fixture), limit, |e| {
+            e.len() == expected
+        })
         .await;
     let effects = fixture.effects().await;
     let calls = calls(&fixture).await;

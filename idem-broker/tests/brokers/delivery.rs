@@ -72,16 +72,26 @@ async fn a_withheld_ack_is_redelivered_and_replayed(kind: Kind) {
         let mut source = fixture.source("first").await;
         let delivery = next_delivery(&mut source).await;
         let outcome = consumer
-            .handle(Box::new(WithheldAck(delivery)), &handler, source.heartbeat())
+            .handle(
+                Box::new(WithheldAck(delivery)),
+                &handler,
+                source.heartbeat(),
+            )
             .await;
         assert_eq!(outcome, Outcome::Handled, "{kind:?}");
         // Dropping the source closes RabbitMQ's connection: it takes the
         // unacked delivery back.
     }
     fixture
-        .drain(&consumer, handler, Duration::from_secs(20), |e| e.len() == 1)
+        .drain(&consumer, handler, Duration::from_secs(20), |e| {
+            e.len() == 1
+        })
         .await;
-    assert_eq!(fixture.effects().await.get("invoice-1"), Some(&1), "{kind:?}");
+    assert_eq!(
+        fixture.effects().await.get("invoice-1"),
+        Some(&1),
+        "{kind:?}"
+    );
     assert_eq!(consumer.stats().of(Outcome::Replayed), 1, "{kind:?}");
 }
 
@@ -138,7 +148,11 @@ async fn a_late_ack_from_a_stalled_consumer_settles_nothing(kind: Kind) {
     let fixture = Arc::new(fixture);
     let unsettled_while_b_ran = Arc::new(std::sync::Mutex::new(None));
     let handler_b = {
-        let (fixture, a_done, seen) = (fixture.clone(), a_done.clone(), unsettled_while_b_ran.clone());
+        let (fixture, a_done, seen) = (
+            fixture.clone(),
+            a_done.clone(),
+            unsettled_while_b_ran.clone(),
+        );
         move |message: Message| {
             let (fixture, a_done, seen) = (fixture.clone(), a_done.clone(), seen.clone());
             async move {
@@ -159,7 +173,11 @@ async fn a_late_ack_from_a_stalled_consumer_settles_nothing(kind: Kind) {
     assert_eq!(outcome_b, Outcome::Handled, "{kind:?}");
     assert_eq!(*unsettled_while_b_ran.lock().unwrap(), Some(1), "{kind:?}");
     assert_eq!(fixture.unsettled().await, 0, "{kind:?}");
-    assert_eq!(fixture.effects().await.get("refund-9"), Some(&1), "{kind:?}");
+    assert_eq!(
+        fixture.effects().await.get("refund-9"),
+        Some(&1),
+        "{kind:?}"
+    );
 }
 
 // RabbitMQ gives a delivery to another consumer only once the first

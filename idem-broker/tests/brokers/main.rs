@@ -6,7 +6,6 @@ mod child;
 mod delivery;
 mod support;
 
-
 use std::time::Duration;
 
 use idem_broker::{Consumer, ConsumerConfig, HandlerError, Message, Outcome};
@@ -34,7 +33,9 @@ async fn duplicate_publishes_run_once(kind: Kind) {
     };
     for round in 0..2 {
         for n in 0..10 {
-            fixture.publish(&format!("order-{n}"), b"{\"amount\":1}").await;
+            fixture
+                .publish(&format!("order-{n}"), b"{\"amount\":1}")
+                .await;
         }
         if round == 0 {
             // Past JetStream's 100 ms duplicate window in these fixtures.
@@ -43,7 +44,12 @@ async fn duplicate_publishes_run_once(kind: Kind) {
     }
     let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
     fixture
-        .drain(&consumer, fixture.effect_handler(), Duration::from_secs(30), |e| e.len() == 10)
+        .drain(
+            &consumer,
+            fixture.effect_handler(),
+            Duration::from_secs(30),
+            |e| e.len() == 10,
+        )
         .await;
     let effects = fixture.effects().await;
     assert_eq!(effects.len(), 10, "{kind:?}: {effects:?}");
@@ -86,7 +92,9 @@ async fn poison_messages_are_dead_lettered(kind: Kind) {
     };
     let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
     fixture
-        .drain(&consumer, handler, Duration::from_secs(30), |e| e.len() == 2)
+        .drain(&consumer, handler, Duration::from_secs(30), |e| {
+            e.len() == 2
+        })
         .await;
     let mut dead = fixture.dead_letters().await;
     dead.sort();
@@ -129,9 +137,15 @@ async fn a_failed_message_is_retried_until_it_succeeds(kind: Kind) {
     };
     let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
     fixture
-        .drain(&consumer, handler, Duration::from_secs(30), |e| e.len() == 1)
+        .drain(&consumer, handler, Duration::from_secs(30), |e| {
+            e.len() == 1
+        })
         .await;
-    assert_eq!(fixture.effects().await.get("charge-1"), Some(&1), "{kind:?}");
+    assert_eq!(
+        fixture.effects().await.get("charge-1"),
+        Some(&1),
+        "{kind:?}"
+    );
     assert_eq!(consumer.stats().of(Outcome::Retried), 2, "{kind:?}");
     assert_eq!(consumer.stats().of(Outcome::Handled), 1, "{kind:?}");
     assert!(fixture.dead_letters().await.is_empty(), "{kind:?}");
@@ -163,7 +177,12 @@ async fn a_message_without_an_id_is_dead_lettered_unrun() {
     fixture.publish("with-id", b"x").await;
     let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
     fixture
-        .drain(&consumer, fixture.effect_handler(), Duration::from_secs(20), |e| e.len() == 1)
+        .drain(
+            &consumer,
+            fixture.effect_handler(),
+            Duration::from_secs(20),
+            |e| e.len() == 1,
+        )
         .await;
     let dead = fixture.dead_letters().await;
     assert_eq!(dead.len(), 1, "{dead:?}");

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use idem_broker::{
-    amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, Handler,
-    Source,
+    amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, Handler, Source,
 };
 use idem_broker::{async_nats, lapin, redis};
 use idem_core::Idempotent;
@@ -228,7 +227,11 @@ impl Fixture {
                 self.nats
                     .as_ref()
                     .unwrap()
-                    .publish_with_headers(format!("{}.in", self.name), headers, payload.to_vec().into())
+                    .publish_with_headers(
+                        format!("{}.in", self.name),
+                        headers,
+                        payload.to_vec().into(),
+                    )
                     .await
                     .unwrap()
                     .await
@@ -257,9 +260,14 @@ impl Fixture {
                 channel.close(200, "published").await.unwrap();
             }
             Kind::Streams => {
-                idem_broker::streams::publish(&mut self.redis.clone(), &self.stream_key(), id, payload)
-                    .await
-                    .unwrap();
+                idem_broker::streams::publish(
+                    &mut self.redis.clone(),
+                    &self.stream_key(),
+                    id,
+                    payload,
+                )
+                .await
+                .unwrap();
             }
         }
     }
@@ -280,13 +288,20 @@ impl Fixture {
             ),
             Kind::Amqp => {
                 // Its own connection: closing it hands its deliveries back.
-                let connection =
-                    lapin::Connection::connect(&self.amqp_url, lapin::ConnectionProperties::default())
-                        .await
-                        .unwrap();
-                let source = AmqpSource::new(&connection, &self.name, 4, Some(&format!("{}.dead", self.name)))
-                    .await
-                    .unwrap();
+                let connection = lapin::Connection::connect(
+                    &self.amqp_url,
+                    lapin::ConnectionProperties::default(),
+                )
+                .await
+                .unwrap();
+                let source = AmqpSource::new(
+                    &connection,
+                    &self.name,
+                    4,
+                    Some(&format!("{}.dead", self.name)),
+                )
+                .await
+                .unwrap();
                 Box::new(OwnedAmqp {
                     source,
                     connection: Some(connection),
@@ -313,7 +328,10 @@ impl Fixture {
         match self.kind {
             Kind::Nats => {
                 let context = self.nats.as_ref().unwrap();
-                let mut stream = context.get_stream(format!("{}_dead", self.name)).await.unwrap();
+                let mut stream = context
+                    .get_stream(format!("{}_dead", self.name))
+                    .await
+                    .unwrap();
                 let count = stream.info().await.unwrap().state.messages;
                 let mut out = Vec::new();
                 for sequence in 1..=count {
@@ -336,7 +354,10 @@ impl Fixture {
                 let channel = self.amqp.as_ref().unwrap().create_channel().await.unwrap();
                 let mut out = Vec::new();
                 while let Some(message) = channel
-                    .basic_get(&format!("{}.dead", self.name), BasicGetOptions { no_ack: true })
+                    .basic_get(
+                        &format!("{}.dead", self.name),
+                        BasicGetOptions { no_ack: true },
+                    )
                     .await
                     .unwrap()
                 {
@@ -354,7 +375,9 @@ impl Fixture {
                         .as_ref()
                         .and_then(|h| h.inner().get(idem_broker::amqp::REASON_HEADER).cloned())
                         .map(|v| match v {
-                            AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+                            AMQPValue::LongString(s) => {
+                                String::from_utf8_lossy(s.as_bytes()).into_owned()
+                            }
                             other => format!("{other:?}"),
                         })
                         .unwrap_or_default();
@@ -388,7 +411,13 @@ impl Fixture {
     pub(crate) async fn unsettled(&self) -> u64 {
         match self.kind {
             Kind::Nats => {
-                let stream = self.nats.as_ref().unwrap().get_stream(&self.name).await.unwrap();
+                let stream = self
+                    .nats
+                    .as_ref()
+                    .unwrap()
+                    .get_stream(&self.name)
+                    .await
+                    .unwrap();
                 let info = stream.consumer_info("idem").await.unwrap();
                 info.num_pending + info.num_ack_pending as u64
             }
@@ -416,12 +445,13 @@ impl Fixture {
                 total
             }
             Kind::Streams => {
-                let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
-                    .arg("GROUPS")
-                    .arg(self.stream_key())
-                    .query_async(&mut self.redis.clone())
-                    .await
-                    .unwrap();
+                let groups: Vec<std::collections::HashMap<String, redis::Value>> =
+                    redis::cmd("XINFO")
+                        .arg("GROUPS")
+                        .arg(self.stream_key())
+                        .query_async(&mut self.redis.clone())
+                        .await
+                        .unwrap();
                 let group = groups.into_iter().next().expect("the consumer group");
                 let number = |name: &str| match group.get(name) {
                     Some(redis::Value::Int(n)) => *n as u64,
@@ -516,7 +546,9 @@ impl Fixture {
             let slice_end = Instant::now() + slice;
             let mut finished = false;
             while Instant::now() < slice_end.min(deadline) {
-                if self.kind != Kind::Amqp && done(&self.effects().await) && self.unsettled().await == 0
+                if self.kind != Kind::Amqp
+                    && done(&self.effects().await)
+                    && self.unsettled().await == 0
                 {
                     finished = true;
                     break;
