@@ -170,10 +170,7 @@ mod tests {
             "127.0.0.1:3306"
         );
         assert_eq!(host_port("redis://127.0.0.1", 6379), "127.0.0.1:6379");
-        assert_eq!(
-            host_port(Server::Amqp.default_url(), 1),
-            "127.0.0.1:5672"
-        );
+        assert_eq!(host_port(Server::Amqp.default_url(), 1), "127.0.0.1:5672");
         assert_eq!(host_port(Server::Nats.default_url(), 1), "127.0.0.1:4222");
     }
 

@@ -522,7 +522,7 @@ impl Fixture {
         consumer: &Consumer,
         handler: H,
         limit: Duration,
-        done: impl Fn(&BTreeMap<String, u64>) -> bool,
+        done: impl Fn(&BTreeMap<String, u64>) -> bool + Send + Sync,
     ) {
         let deadline = Instant::now() + limit;
         loop {
