@@ -14,7 +14,7 @@
 //! let consumer = Consumer::new(Idempotent::new(store));
 //! let handler = |message: Message| async move {
 //!     println!("shipping {}", message.key); // keyed by the message_id property
-//!     Ok(())
+//!     Ok::<(), idem_broker::HandlerError>(())
 //! };
 //! consumer.run(source, handler, async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(())

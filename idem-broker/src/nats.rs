@@ -16,7 +16,7 @@
 //! let consumer = Consumer::new(Idempotent::new(store));
 //! let handler = |message: Message| async move {
 //!     println!("charging {}", message.key); // keyed by Nats-Msg-Id
-//!     Ok(())
+//!     Ok::<(), idem_broker::HandlerError>(())
 //! };
 //! consumer.run(source, handler, async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(())

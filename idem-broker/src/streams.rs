@@ -15,7 +15,7 @@
 //! let consumer = Consumer::new(Idempotent::new(store));
 //! let handler = |message: Message| async move {
 //!     println!("invoicing {}", message.key);
-//!     Ok(())
+//!     Ok::<(), idem_broker::HandlerError>(())
 //! };
 //! consumer.run(source, handler, async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(())
