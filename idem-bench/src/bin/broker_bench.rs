@@ -171,7 +171,7 @@ impl<'a> Lane<'a> {
                     .create_stream(stream::Config {
                         name: lane.name.clone(),
                         subjects: vec![format!("{}.in", lane.name)],
-                        duplicate_window: Duration::from_millis(1),
+                        duplicate_window: Duration::from_millis(100),
                         ..Default::default()
                     })
                     .await?;
