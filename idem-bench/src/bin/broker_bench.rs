@@ -356,6 +356,7 @@ impl<'a> Lane<'a> {
     }
 
     /// The work both consumers do: one Redis INCR.
+    #[allow(clippy::type_complexity)]
     fn work(
         &self,
     ) -> impl Fn() -> std::pin::Pin<
