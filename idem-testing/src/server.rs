@@ -15,11 +15,21 @@ pub enum Server {
     Postgres,
     /// MySQL 8 or MariaDB, for a MySQL store.
     MySql,
+    /// NATS with JetStream, for `idem-broker`.
+    Nats,
+    /// RabbitMQ (AMQP 0-9-1), for `idem-broker`.
+    Amqp,
 }
 
 impl Server {
     /// Every server, in a fixed order.
-    pub const ALL: [Server; 3] = [Server::Redis, Server::Postgres, Server::MySql];
+    pub const ALL: [Server; 5] = [
+        Server::Redis,
+        Server::Postgres,
+        Server::MySql,
+        Server::Nats,
+        Server::Amqp,
+    ];
 
     /// Its name in messages.
     pub const fn name(self) -> &'static str {
@@ -27,6 +37,8 @@ impl Server {
             Server::Redis => "Redis",
             Server::Postgres => "PostgreSQL",
             Server::MySql => "MySQL",
+            Server::Nats => "NATS",
+            Server::Amqp => "RabbitMQ",
         }
     }
 
@@ -36,6 +48,8 @@ impl Server {
             Server::Redis => "IDEM_REDIS_URL",
             Server::Postgres => "IDEM_POSTGRES_URL",
             Server::MySql => "IDEM_MYSQL_URL",
+            Server::Nats => "IDEM_NATS_URL",
+            Server::Amqp => "IDEM_AMQP_URL",
         }
     }
 
@@ -46,6 +60,8 @@ impl Server {
             Server::Redis => "redis://127.0.0.1:6379",
             Server::Postgres => "postgres://root@127.0.0.1:5432/test",
             Server::MySql => "mysql://root@127.0.0.1:3306/test",
+            Server::Nats => "nats://127.0.0.1:4222",
+            Server::Amqp => "amqp://guest:guest@127.0.0.1:5672/%2f",
         }
     }
 
@@ -54,6 +70,8 @@ impl Server {
             Server::Redis => 6379,
             Server::Postgres => 5432,
             Server::MySql => 3306,
+            Server::Nats => 4222,
+            Server::Amqp => 5672,
         }
     }
 
@@ -105,8 +123,8 @@ impl Server {
     /// the test fails). Checked once per binary.
     pub fn require_for_binary(self) -> String {
         use std::sync::OnceLock;
-        static CHECKED: [OnceLock<Result<String, String>>; 3] =
-            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static CHECKED: [OnceLock<Result<String, String>>; Server::ALL.len()] =
+            [const { OnceLock::new() }; Server::ALL.len()];
         let index = Server::ALL.iter().position(|s| *s == self).unwrap_or(0);
         match CHECKED[index].get_or_init(|| self.reachable()) {
             Ok(url) => url.clone(),
@@ -152,6 +170,8 @@ mod tests {
             "127.0.0.1:3306"
         );
         assert_eq!(host_port("redis://127.0.0.1", 6379), "127.0.0.1:6379");
+        assert_eq!(host_port(Server::Amqp.default_url(), 1), "127.0.0.1:5672");
+        assert_eq!(host_port(Server::Nats.default_url(), 1), "127.0.0.1:4222");
     }
 
     #[test]

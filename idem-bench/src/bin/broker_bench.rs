@@ -1,0 +1,531 @@
+//! Messages per second through idem-broker's idempotent consumer against a
+//! raw consumer of the same broker doing the same work and acking, in the
+//! same run, and the idem store operations each message costs.
+//!
+//! `cargo run --release -p idem-bench --bin broker-bench -- --help`
+//!
+//! For each broker (NATS JetStream, RabbitMQ, Redis Streams) and idem store
+//! (Redis, SQLite), every repetition publishes the messages on fresh names
+//! and consumes them twice over, alternating: a raw consumer (take, work,
+//! ack) and idem's consumer (take, claim, work, record, ack), both through
+//! the same source and client code, at the same concurrency. The work is
+//! one Redis `INCR` per message. The idem run is then repeated on the same
+//! message ids (redeliveries and duplicate publishes), which replay. Each
+//! figure is the median over repetitions; store operations are counted by
+//! a wrapper around the store (one operation is one round trip for both
+//! stores).
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use clap::Parser;
+use idem_broker::async_nats::jetstream::{self, consumer::pull, stream};
+use idem_broker::lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use idem_broker::lapin::types::FieldTable;
+use idem_broker::lapin::{self, BasicProperties};
+use idem_broker::redis;
+use idem_broker::{
+    amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, ConsumerConfig,
+    Message, Source,
+};
+use idem_core::{Idempotent, Insert, NewRecord, Record, Store, StoreError, Token};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Benchmarks the idempotent consumer against a raw one on each broker.
+#[derive(Debug, Parser)]
+#[command(name = "broker-bench")]
+struct Args {
+    /// A short run for CI: 200 messages, 3 repetitions.
+    #[arg(long)]
+    quick: bool,
+    /// Messages per run.
+    #[arg(long, default_value_t = 2000)]
+    messages: u64,
+    /// Repetitions; figures are medians.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Handlers at once (and the prefetch).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Brokers, comma-separated: nats, amqp, streams.
+    #[arg(long, value_delimiter = ',', default_value = "nats,amqp,streams")]
+    brokers: Vec<String>,
+    /// idem stores, comma-separated: redis, sqlite.
+    #[arg(long, value_delimiter = ',', default_value = "redis,sqlite")]
+    stores: Vec<String>,
+    /// Redis (the work, the Streams broker and the Redis store).
+    #[arg(long, env = "IDEM_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// NATS with JetStream.
+    #[arg(long, env = "IDEM_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// RabbitMQ.
+    #[arg(
+        long,
+        env = "IDEM_AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    amqp_url: String,
+}
+
+/// A store that counts the operations it passes on.
+#[derive(Debug)]
+struct Counting<S> {
+    inner: S,
+    ops: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl<S: Store> Store for Counting<S> {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.insert(key, record).await
+    }
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.swap(key, expected, record).await
+    }
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.take_over(key, expected, record).await
+    }
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.remove(key, expected).await
+    }
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.load(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.inner.purge_expired(limit).await
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broker {
+    Nats,
+    Amqp,
+    Streams,
+}
+
+impl fmt::Display for Broker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Broker::Nats => "nats",
+            Broker::Amqp => "amqp",
+            Broker::Streams => "streams",
+        })
+    }
+}
+
+/// One broker's fresh names for one run.
+struct Lane<'a> {
+    args: &'a Args,
+    broker: Broker,
+    name: String,
+    nats: Option<jetstream::Context>,
+    amqp: Option<lapin::Connection>,
+    redis: redis::aio::MultiplexedConnection,
+}
+
+impl<'a> Lane<'a> {
+    async fn new(args: &'a Args, broker: Broker) -> Result<Lane<'a>, BoxError> {
+        let name = format!("idem_bench_{broker}_{:08x}", rand::random::<u32>());
+        let redis = redis::Client::open(args.redis_url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let mut lane = Lane {
+            args,
+            broker,
+            name,
+            nats: None,
+            amqp: None,
+            redis,
+        };
+        match broker {
+            Broker::Nats => {
+                let context =
+                    jetstream::new(idem_broker::async_nats::connect(&args.nats_url).await?);
+                context
+                    .create_stream(stream::Config {
+                        name: lane.name.clone(),
+                        subjects: vec![format!("{}.in", lane.name)],
+                        duplicate_window: Duration::from_millis(100),
+                        ..Default::default()
+                    })
+                    .await?;
+                context
+                    .get_stream(&lane.name)
+                    .await?
+                    .create_consumer(pull::Config {
+                        durable_name: Some("idem".to_owned()),
+                        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                        ack_wait: Duration::from_secs(30),
+                        ..Default::default()
+                    })
+                    .await?;
+                lane.nats = Some(context);
+            }
+            Broker::Amqp => {
+                let connection = lapin::Connection::connect(
+                    &args.amqp_url,
+                    lapin::ConnectionProperties::default(),
+                )
+                .await?;
+                let channel = connection.create_channel().await?;
+                channel
+                    .queue_declare(
+                        &lane.name,
+                        QueueDeclareOptions {
+                            durable: true,
+                            ..Default::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await?;
+                lane.amqp = Some(connection);
+            }
+            Broker::Streams => {}
+        }
+        Ok(lane)
+    }
+
+    async fn publish_all(&self) -> Result<(), BoxError> {
+        let messages = self.args.messages;
+        match self.broker {
+            Broker::Nats => {
+                let context = self.nats.as_ref().ok_or("no nats")?;
+                let mut acks = Vec::new();
+                for n in 0..messages {
+                    let mut headers = idem_broker::async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", format!("m-{n}").as_str());
+                    acks.push(
+                        context
+                            .publish_with_headers(format!("{}.in", self.name), headers, "{}".into())
+                            .await?,
+                    );
+                }
+                for ack in acks {
+                    ack.await?;
+                }
+            }
+            Broker::Amqp => {
+                let channel = self
+                    .amqp
+                    .as_ref()
+                    .ok_or("no amqp")?
+                    .create_channel()
+                    .await?;
+                channel
+                    .confirm_select(ConfirmSelectOptions::default())
+                    .await?;
+                let mut confirms = Vec::new();
+                for n in 0..messages {
+                    confirms.push(
+                        channel
+                            .basic_publish(
+                                "",
+                                &self.name,
+                                BasicPublishOptions::default(),
+                                b"{}",
+                                BasicProperties::default()
+                                    .with_message_id(format!("m-{n}").into())
+                                    .with_delivery_mode(2),
+                            )
+                            .await?,
+                    );
+                }
+                for confirm in confirms {
+                    confirm.await?;
+                }
+                channel.close(200, "published").await?;
+            }
+            Broker::Streams => {
+                let mut pipe = redis::pipe();
+                for n in 0..messages {
+                    pipe.cmd("XADD")
+                        .arg(self.stream_key())
+                        .arg("*")
+                        .arg("id")
+                        .arg(format!("m-{n}"))
+                        .arg("payload")
+                        .arg("{}")
+                        .ignore();
+                }
+                pipe.query_async::<()>(&mut self.redis.clone()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stream_key(&self) -> String {
+        format!("{}:stream", self.name)
+    }
+
+    async fn source(&self) -> Result<(Box<dyn Source>, Option<lapin::Connection>), BoxError> {
+        let batch = self.args.concurrency;
+        Ok(match self.broker {
+            Broker::Nats => (
+                Box::new(
+                    JetStreamSource::new(self.nats.clone().ok_or("no nats")?, &self.name, "idem")
+                        .await?
+                        .with_batch(batch),
+                ),
+                None,
+            ),
+            Broker::Amqp => {
+                let connection = lapin::Connection::connect(
+                    &self.args.amqp_url,
+                    lapin::ConnectionProperties::default(),
+                )
+                .await?;
+                let prefetch = u16::try_from(batch).unwrap_or(u16::MAX);
+                let source = AmqpSource::new(&connection, &self.name, prefetch, None).await?;
+                (Box::new(source), Some(connection))
+            }
+            Broker::Streams => (
+                Box::new(
+                    RedisStreamSource::new(
+                        &redis::Client::open(self.args.redis_url.as_str())?,
+                        &self.stream_key(),
+                        "idem",
+                        "bench",
+                    )
+                    .await?
+                    .with_batch(batch),
+                ),
+                None,
+            ),
+        })
+    }
+
+    async fn cleanup(self) -> Result<(), BoxError> {
+        match self.broker {
+            Broker::Nats => {
+                self.nats
+                    .as_ref()
+                    .ok_or("no nats")?
+                    .delete_stream(&self.name)
+                    .await?;
+            }
+            Broker::Amqp => {
+                let connection = self.amqp.ok_or("no amqp")?;
+                let channel = connection.create_channel().await?;
+                for queue in [self.name.clone(), format!("{}.idem-retry", self.name)] {
+                    channel
+                        .queue_delete(&queue, QueueDeleteOptions::default())
+                        .await?;
+                }
+                connection.close(200, "done").await?;
+            }
+            Broker::Streams => {}
+        }
+        let mut redis = self.redis.clone();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.name))
+            .query_async(&mut redis)
+            .await?;
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(keys)
+                .query_async::<()>(&mut redis)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The work both consumers do: one Redis INCR.
+    #[allow(clippy::type_complexity)]
+    fn work(
+        &self,
+    ) -> impl Fn() -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), redis::RedisError>> + Send>,
+    > + Clone
+           + Send
+           + Sync
+           + 'static {
+        let (connection, key) = (self.redis.clone(), format!("{}:work", self.name));
+        move || {
+            let (mut connection, key) = (connection.clone(), key.clone());
+            Box::pin(async move {
+                redis::cmd("INCR")
+                    .arg(&key)
+                    .query_async::<()>(&mut connection)
+                    .await
+            })
+        }
+    }
+
+    /// Take, work, ack: the raw consumer. Returns messages/s.
+    async fn raw(&self) -> Result<f64, BoxError> {
+        let (mut source, _connection) = self.source().await?;
+        let work = self.work();
+        let done = Arc::new(AtomicU64::new(0));
+        let slots = Arc::new(Semaphore::new(self.args.concurrency));
+        let mut running = JoinSet::new();
+        let began = Instant::now();
+        while done.load(Ordering::Relaxed) < self.args.messages {
+            let slot = slots.clone().acquire_owned().await?;
+            if let Some(delivery) = source.next(Duration::from_millis(100)).await? {
+                let (work, done) = (work.clone(), done.clone());
+                running.spawn(async move {
+                    let _slot = slot;
+                    if work().await.is_ok() && delivery.ack().await.is_ok() {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            while running.try_join_next().is_some() {}
+        }
+        while running.join_next().await.is_some() {}
+        Ok(self.args.messages as f64 / began.elapsed().as_secs_f64())
+    }
+
+    /// idem's consumer on `idem`. Returns messages/s.
+    async fn idem(&self, idem: Idempotent) -> Result<f64, BoxError> {
+        let (source, _connection) = self.source().await?;
+        let work = self.work();
+        let consumer = Consumer::new(idem).with_config(
+            ConsumerConfig::default()
+                .with_concurrency(self.args.concurrency)
+                .with_poll(Duration::from_millis(100)),
+        );
+        let handler = move |_: Message| {
+            let work = work.clone();
+            async move { work().await.map_err(idem_broker::HandlerError::retryable) }
+        };
+        let watcher = consumer.clone();
+        let target = self.args.messages;
+        let began = Instant::now();
+        consumer
+            .run(source, handler, async move {
+                loop {
+                    let settled = watcher.stats().of(idem_broker::Outcome::Handled)
+                        + watcher.stats().of(idem_broker::Outcome::Replayed);
+                    if settled >= target {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await?;
+        Ok(self.args.messages as f64 / began.elapsed().as_secs_f64())
+    }
+}
+
+async fn store(
+    args: &Args,
+    name: &str,
+    ops: Arc<AtomicU64>,
+) -> Result<(Idempotent, Option<tempfile::TempDir>), BoxError> {
+    match name {
+        "redis" => {
+            let inner = idem_redis::RedisStore::connect(args.redis_url.as_str())
+                .await?
+                .with_prefix(format!("idem_bench_store_{:08x}:", rand::random::<u32>()));
+            Ok((Idempotent::new(Counting { inner, ops }), None))
+        }
+        "sqlite" => {
+            let dir = tempfile::tempdir()?;
+            let inner = idem_sqlite::SqliteStore::open(dir.path().join("idem.db")).await?;
+            Ok((Idempotent::new(Counting { inner, ops }), Some(dir)))
+        }
+        other => Err(format!("unknown store {other}").into()),
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), BoxError> {
+    let mut args = Args::parse();
+    if args.quick {
+        args.messages = 200;
+        args.reps = 3;
+    }
+    println!(
+        "{:<8} {:<7} {:>10} {:>10} {:>6} {:>11} {:>9} {:>11}",
+        "broker",
+        "store",
+        "raw msg/s",
+        "idem msg/s",
+        "ratio",
+        "replay msg/s",
+        "ops/first",
+        "ops/replay"
+    );
+    for broker in &args.brokers {
+        let broker = match broker.as_str() {
+            "nats" => Broker::Nats,
+            "amqp" => Broker::Amqp,
+            "streams" => Broker::Streams,
+            other => return Err(format!("unknown broker {other}").into()),
+        };
+        for store_name in &args.stores {
+            let (mut raw, mut first, mut replay, mut ops_first, mut ops_replay) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..args.reps {
+                let lane = match Lane::new(&args, broker).await {
+                    Ok(lane) => lane,
+                    Err(e) if std::env::var_os("CI").is_none() => {
+                        println!("{broker:<8} skipped: {e}");
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                lane.publish_all().await?;
+                raw.push(lane.raw().await?);
+                let ops = Arc::new(AtomicU64::new(0));
+                let (idem, _dir) = store(&args, store_name, ops.clone()).await?;
+                lane.publish_all().await?;
+                first.push(lane.idem(idem.clone()).await?);
+                ops_first.push(ops.swap(0, Ordering::Relaxed) as f64 / args.messages as f64);
+                lane.publish_all().await?;
+                replay.push(lane.idem(idem).await?);
+                ops_replay.push(ops.swap(0, Ordering::Relaxed) as f64 / args.messages as f64);
+                lane.cleanup().await?;
+            }
+            if raw.is_empty() {
+                continue;
+            }
+            let (raw, first) = (median(raw), median(first));
+            println!(
+                "{:<8} {:<7} {:>10.0} {:>10.0} {:>6.2} {:>11.0} {:>9.2} {:>11.2}",
+                broker.to_string(),
+                store_name,
+                raw,
+                first,
+                first / raw,
+                median(replay),
+                median(ops_first),
+                median(ops_replay)
+            );
+            println!("ratio broker {broker} {store_name} {:.3}", first / raw);
+        }
+    }
+    Ok(())
+}

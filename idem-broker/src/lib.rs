@@ -1,0 +1,137 @@
+//! Idempotent consumers on the brokers users already run — NATS
+//! JetStream, RabbitMQ and Redis Streams: each message's handler runs under
+//! idem's `execute`, keyed by the message id, and the delivery is acked
+//! only after the outcome is recorded.
+//!
+//! Every broker delivers at least once. JetStream redelivers after its ack
+//! wait and takes a late ack from whoever sends it; RabbitMQ redelivers
+//! what a closed channel held; Redis Streams keep an entry pending until
+//! someone claims it. Their dedupe windows (JetStream's `Nats-Msg-Id`
+//! window: two minutes by default) are far shorter than producer retries.
+//! A [`Consumer`] closes the gap on any idem store:
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_broker::{Consumer, ConsumerConfig, HandlerError, Message};
+//! use idem_core::{Idempotent, MemoryStore};
+//!
+//! let idem = Idempotent::new(MemoryStore::new()).with_retention(Duration::from_secs(7 * 86_400));
+//! let consumer = Consumer::new(idem).with_config(ConsumerConfig::default().with_max_deliveries(5));
+//! let handler = |message: Message| async move {
+//!     if message.payload.is_empty() {
+//!         return Err(HandlerError::permanent("empty order")); // dead letter at once
+//!     }
+//!     Ok(()) // charge, email, …: once per message id
+//! };
+//! # let _ = (consumer, handler);
+//! // consumer.run(source, handler, shutdown).await — with a source below.
+//! ```
+//!
+//! The loop is written once ([`consumer`]); a broker is a [`Source`] of
+//! [`Delivery`]s: [`nats::JetStreamSource`], [`amqp::AmqpSource`],
+//! [`streams::RedisStreamSource`] (features `nats`, `amqp`,
+//! `redis-streams`, all on by default). Each module says what its broker
+//! guarantees, what idem adds, and carries a short example.
+//!
+//! # What a delivery costs
+//!
+//! On the idem store: 2 round trips for a first delivery (claim, record),
+//! 1 for a redelivery or duplicate of a recorded message (the replay),
+//! plus one renewal per third of the lease while a long handler runs. On
+//! the broker: one ack (JetStream's is confirmed), plus one in-progress
+//! ack or idle reset per heartbeat.
+//!
+//! # Decisions where the design is silent
+//!
+//! * The request idem fingerprints is the SHA-256 of the payload: the same
+//!   id with another body is a mismatch and goes to the dead letters.
+//! * Redeliveries that meet another consumer's live lease are handed back
+//!   for the time left on it, and count as deliveries toward
+//!   [`ConsumerConfig::max_deliveries`].
+//! * A consumer whose idem lease was taken over while it stalled settles
+//!   nothing ([`Outcome::Abandoned`]): the newer owner settles its own
+//!   delivery, and the message's effect is at most once per lease (the
+//!   stalled handler's own effect may have happened; an effect in a remote
+//!   API should carry a key derived from the message key).
+//! * The effect of a handler killed between its side effect and the record
+//!   can happen again on the redelivery: idem makes it once per lease, not
+//!   once (see idem-core's exactly-once rules).
+//! * idem's retention should outlast the span over which a message can be
+//!   redelivered or republished.
+//!
+//! # Tests and the failures they reproduce
+//!
+//! `tests/brokers` runs every case on the real brokers (NATS with
+//! JetStream, RabbitMQ, Redis; found through `IDEM_NATS_URL`,
+//! `IDEM_AMQP_URL`, `IDEM_REDIS_URL`; skipped with a reason when one is
+//! missing, failed under `CI`), each on fresh stream, queue and key names:
+//!
+//! | test | failure reproduced |
+//! |---|---|
+//! | `duplicate_publishes_run_once_on_every_broker` | a producer retry after the broker's dedupe window |
+//! | `a_withheld_ack_is_redelivered_and_replayed_on_every_broker` | the outcome recorded, the ack lost (ack wait lapses, entry claimed, connection closed) |
+//! | `a_late_ack_from_a_stalled_consumer_settles_nothing_on_jetstream_and_streams` | a consumer stalled past ack wait and lease acks late while another handles the redelivery |
+//! | `poison_messages_are_dead_lettered_on_every_broker` | a permanent error; an error on every delivery |
+//! | `a_failed_message_is_retried_until_it_succeeds_on_every_broker` | a transient error, retried with backoff |
+//! | `a_message_without_an_id_is_dead_lettered_unrun` | an entry with no id to key it by |
+//! | `shutdown_lets_running_handlers_finish_on_every_broker` | shutdown in the middle of a handler |
+//! | `consumers_killed_mid_handler_lose_nothing_and_run_nothing_twice_on_every_broker` | consumers (child processes) killed with SIGKILL mid-handler while every message is published twice |
+//!
+//! The kill test scales with `IDEM_BROKER_KILLS` (default 5) and
+//! `IDEM_BROKER_MESSAGES` (default 40). Its handler charges through an API
+//! that dedupes on the message key, as idem-core says an effect in a
+//! remote API should; the test asserts every message's charge was made,
+//! nothing is left on the broker or in the dead letters, and the handler
+//! calls stay within the messages plus what the kills interrupted (a
+//! consumer without idem makes at least twice the messages).
+//!
+//! # As idem-inbox queues
+//!
+//! These brokers are not `idem_inbox::queue::Queue` backends, because
+//! none honours the whole of that contract:
+//!
+//! * **Fenced settles with `LeaseLost`.** JetStream takes an ack for an
+//!   old delivery after the message was redelivered, and says nothing back
+//!   that tells the two apart, so `complete` cannot return `LeaseLost`.
+//!   RabbitMQ fences by channel (a closed channel's tags are void), but
+//!   its ack answers nothing either. Redis Streams can (this crate fences
+//!   on owner and delivery count).
+//! * **A lease of the caller's length, renewed to any length.** JetStream's
+//!   is the consumer's fixed ack wait (`+WPI` extends by that); RabbitMQ
+//!   has none (a delivery is held until the channel closes).
+//! * **`enqueue` reports `Duplicate` for the retention (3 days).**
+//!   JetStream's duplicate window would have to span days; RabbitMQ and
+//!   Streams do not dedupe at all. Here idem's store does it, at consume
+//!   time.
+//! * **`inspect` and `requeue` a job by id.** A RabbitMQ queue cannot be
+//!   read at an id; JetStream and Streams can, by sequence or entry id,
+//!   not by (source, event id) without an index of their own.
+//!
+//! The webhook path with a broker is therefore: the inbox receiver
+//! verifies and publishes to the broker with the event id as the message
+//! id, and this crate's consumer runs the handler once per id.
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "amqp")]
+pub mod amqp;
+pub mod consumer;
+pub mod delivery;
+mod error;
+pub mod handler;
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "redis-streams")]
+pub mod streams;
+
+pub use consumer::{Consumer, ConsumerConfig, KeyFn, Outcome, Stats};
+pub use delivery::{Delivery, Source};
+pub use error::BrokerError;
+pub use handler::{Handler, HandlerError, Message};
+pub use idem_inbox::Backoff;
+
+#[cfg(feature = "nats")]
+pub use async_nats;
+#[cfg(feature = "amqp")]
+pub use lapin;
+#[cfg(feature = "redis-streams")]
+pub use redis;

@@ -1,0 +1,193 @@
+//! idem-broker against real brokers: NATS JetStream, RabbitMQ and Redis
+//! Streams. Every test runs once per broker, on fresh names; nothing here
+//! mocks a broker.
+
+mod child;
+mod delivery;
+mod support;
+
+use std::time::Duration;
+
+use idem_broker::{Consumer, ConsumerConfig, HandlerError, Message, Outcome};
+use support::{Fixture, Kind};
+
+const KINDS: [Kind; 3] = [Kind::Nats, Kind::Amqp, Kind::Streams];
+
+fn quick() -> ConsumerConfig {
+    ConsumerConfig::default()
+        .with_concurrency(4)
+        .with_poll(Duration::from_millis(100))
+        .with_backoff(idem_broker::Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
+        .with_max_deliveries(4)
+        .with_grace(Duration::from_secs(5))
+}
+
+/// The same message id published twice (a producer retry after the
+/// broker's dedupe window) runs its handler once: the second is replayed.
+async fn duplicate_publishes_run_once(kind: Kind) {
+    let Some(fixture) = Fixture::new(kind, Duration::from_secs(2)).await else {
+        return;
+    };
+    for round in 0..2 {
+        for n in 0..10 {
+            fixture
+                .publish(&format!("order-{n}"), b"{\"amount\":1}")
+                .await;
+        }
+        if round == 0 {
+            // Past JetStream's 100 ms duplicate window in these fixtures.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
+    fixture
+        .drain(
+            &consumer,
+            fixture.effect_handler(),
+            Duration::from_secs(30),
+            |e| e.len() == 10,
+        )
+        .await;
+    let effects = fixture.effects().await;
+    assert_eq!(effects.len(), 10, "{kind:?}: {effects:?}");
+    assert!(effects.values().all(|n| *n == 1), "{kind:?}: {effects:?}");
+    assert_eq!(consumer.stats().of(Outcome::Handled), 10, "{kind:?}");
+    assert_eq!(consumer.stats().of(Outcome::Replayed), 10, "{kind:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_publishes_run_once_on_every_broker() {
+    for kind in KINDS {
+        duplicate_publishes_run_once(kind).await;
+    }
+}
+
+/// A poison message (a permanent error) goes to the dead letters with its
+/// reason at once; one that keeps failing goes there after the allowed
+/// deliveries; the others are handled once each.
+async fn poison_messages_are_dead_lettered(kind: Kind) {
+    let Some(fixture) = Fixture::new(kind, Duration::from_secs(2)).await else {
+        return;
+    };
+    fixture.publish("good-1", b"ok").await;
+    fixture.publish("poison", b"malformed").await;
+    fixture.publish("flaky", b"always fails").await;
+    fixture.publish("good-2", b"ok").await;
+    let effects = fixture.effect_handler();
+    let handler = move |message: Message| {
+        let effects = effects.clone();
+        async move {
+            match message.payload.as_slice() {
+                b"malformed" => Err(HandlerError::permanent("cannot parse the body")),
+                b"always fails" => Err(HandlerError::retryable(format!(
+                    "upstream down on delivery {}",
+                    message.delivery
+                ))),
+                _ => idem_broker::Handler::handle(&effects, &message).await,
+            }
+        }
+    };
+    let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
+    fixture
+        .drain(&consumer, handler, Duration::from_secs(30), |e| {
+            e.len() == 2
+        })
+        .await;
+    let mut dead = fixture.dead_letters().await;
+    dead.sort();
+    assert_eq!(dead.len(), 2, "{kind:?}: {dead:?}");
+    assert_eq!(dead[0].0, "flaky", "{kind:?}");
+    assert!(dead[0].1.contains("delivery 4"), "{kind:?}: {dead:?}");
+    assert_eq!(dead[1].0, "poison", "{kind:?}");
+    assert_eq!(dead[1].1, "cannot parse the body", "{kind:?}");
+    let effects = fixture.effects().await;
+    assert_eq!(effects.get("good-1"), Some(&1), "{kind:?}: {effects:?}");
+    assert_eq!(effects.get("good-2"), Some(&1), "{kind:?}: {effects:?}");
+    assert_eq!(consumer.stats().of(Outcome::DeadLettered), 2, "{kind:?}");
+    // The flaky one was handed back three times before the fourth failed.
+    assert_eq!(consumer.stats().of(Outcome::Retried), 3, "{kind:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_messages_are_dead_lettered_on_every_broker() {
+    for kind in KINDS {
+        poison_messages_are_dead_lettered(kind).await;
+    }
+}
+
+/// A handler that fails twice and then succeeds makes its effect once,
+/// on its third delivery.
+async fn a_failed_message_is_retried_until_it_succeeds(kind: Kind) {
+    let Some(fixture) = Fixture::new(kind, Duration::from_secs(2)).await else {
+        return;
+    };
+    fixture.publish("charge-1", b"{}").await;
+    let effects = fixture.effect_handler();
+    let handler = move |message: Message| {
+        let effects = effects.clone();
+        async move {
+            if message.delivery < 3 {
+                return Err(HandlerError::retryable("gateway timeout"));
+            }
+            idem_broker::Handler::handle(&effects, &message).await
+        }
+    };
+    let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
+    fixture
+        .drain(&consumer, handler, Duration::from_secs(30), |e| {
+            e.len() == 1
+        })
+        .await;
+    assert_eq!(
+        fixture.effects().await.get("charge-1"),
+        Some(&1),
+        "{kind:?}"
+    );
+    assert_eq!(consumer.stats().of(Outcome::Retried), 2, "{kind:?}");
+    assert_eq!(consumer.stats().of(Outcome::Handled), 1, "{kind:?}");
+    assert!(fixture.dead_letters().await.is_empty(), "{kind:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_message_is_retried_until_it_succeeds_on_every_broker() {
+    for kind in KINDS {
+        a_failed_message_is_retried_until_it_succeeds(kind).await;
+    }
+}
+
+/// A message without an id cannot be made idempotent: it is parked, not
+/// run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_without_an_id_is_dead_lettered_unrun() {
+    let Some(fixture) = Fixture::new(Kind::Streams, Duration::from_secs(2)).await else {
+        return;
+    };
+    let mut redis = fixture.redis.clone();
+    redis::cmd("XADD")
+        .arg(format!("{}:stream", fixture.name))
+        .arg("*")
+        .arg("payload")
+        .arg("no id")
+        .query_async::<String>(&mut redis)
+        .await
+        .unwrap();
+    fixture.publish("with-id", b"x").await;
+    let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
+    fixture
+        .drain(
+            &consumer,
+            fixture.effect_handler(),
+            Duration::from_secs(20),
+            |e| e.len() == 1,
+        )
+        .await;
+    let dead = fixture.dead_letters().await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].1.contains("no id"), "{dead:?}");
+    assert_eq!(fixture.effects().await.len(), 1);
+}
+
+use idem_broker::redis;
