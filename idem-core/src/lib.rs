@@ -203,16 +203,18 @@ mod machine;
 mod memory;
 mod record;
 mod store;
+mod wake;
 
 pub use effects::Started;
 pub use error::{Error, When};
 pub use fingerprint::{Fingerprint, Fingerprints};
-pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
+pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION, FALLBACK_POLL};
 pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use lease::{Begin, Lease, Ran, Replay};
 pub use memory::MemoryStore;
 pub use record::{NewRecord, ParseError, Record, State, Token};
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
+pub use wake::{Wakeups, Watch};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

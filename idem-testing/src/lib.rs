@@ -34,6 +34,7 @@ mod server;
 mod skip;
 #[cfg(feature = "stores")]
 mod stores;
+pub mod waiting;
 
 pub use cleanup::Cleanup;
 pub use names::unique_name;
