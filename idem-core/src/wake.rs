@@ -29,6 +29,7 @@ pub struct Wakeups {
     keys: Mutex<HashMap<String, Slot>>,
     connected: AtomicBool,
     sent: AtomicU64,
+    disconnections: AtomicU64,
 }
 
 struct Slot {
@@ -43,6 +44,7 @@ impl Wakeups {
             keys: Mutex::new(HashMap::new()),
             connected: AtomicBool::new(true),
             sent: AtomicU64::new(0),
+            disconnections: AtomicU64::new(0),
         }
     }
 
@@ -90,6 +92,9 @@ impl Wakeups {
     /// polling pace.
     pub fn set_connected(&self, connected: bool) {
         let was = self.connected.swap(connected, Ordering::SeqCst);
+        if was && !connected {
+            self.disconnections.fetch_add(1, Ordering::SeqCst);
+        }
         if was != connected {
             self.wake_all();
         }
@@ -98,6 +103,12 @@ impl Wakeups {
     /// Whether notifications reach this process now.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::SeqCst)
+    }
+
+    /// How many times notifications stopped flowing (a listener's
+    /// connection was lost).
+    pub fn disconnections(&self) -> u64 {
+        self.disconnections.load(Ordering::SeqCst)
     }
 
     /// How many keys are watched now.

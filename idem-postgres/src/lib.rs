@@ -113,6 +113,7 @@
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod notify;
 mod row;
 mod store;
 mod table;

@@ -189,7 +189,7 @@ where
     until("the waiter is parked", || counting.inserts() >= 3).await;
     kill().await;
     until("the store sees its listener is gone", || {
-        !wakeups.is_connected()
+        wakeups.disconnections() > 0
     })
     .await;
     lease.complete(b"12").await.unwrap();

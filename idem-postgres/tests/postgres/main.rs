@@ -11,6 +11,7 @@ mod pools_and_faults;
 mod races;
 mod round_trips;
 mod tx;
+mod waking;
 
 use std::time::Duration;
 
