@@ -68,6 +68,7 @@ mod exchange;
 mod fingerprint;
 mod header;
 mod options;
+mod prefer;
 mod problem;
 pub mod stored;
 
@@ -76,6 +77,7 @@ pub use http;
 pub use exchange::{Admission, BoxError, Collected, Reply, ResponseBody};
 pub use fingerprint::{canonical_fingerprint, fingerprint, raw_fingerprint, SCHEME};
 pub use header::{client_key, KeyHeaderError};
-pub use options::Options;
+pub use options::{Options, DEFAULT_MAX_WAIT};
+pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
 pub use stored::REPLAYED;

@@ -116,16 +116,19 @@ where
         None => options.idempotent().clone(),
     };
     let fingerprint = fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+    let wait = options.wait_for(&parts.headers);
     let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, everything runs in a task of its own: a client that
     // hangs up while the claim is in flight must not leave a claimed key
     // that nobody will run or release, and one that hangs up mid-handler
     // must not cancel the handler or its recording.
     let task = tokio::spawn(async move {
-        let reply = config.options.exchange(&idem, &key, fingerprint, || async {
-            let response = inner.call(request).await?;
-            Ok(response.map(ResponseBody::new))
-        });
+        let reply = config
+            .options
+            .exchange_waiting(&idem, &key, fingerprint, wait, || async {
+                let response = inner.call(request).await?;
+                Ok(response.map(ResponseBody::new))
+            });
         reply.await.map(|reply| match reply {
             Reply::Whole(response) => response.map(ResponseBody::full),
             Reply::Handler(response) => response,
