@@ -170,6 +170,7 @@ where
     };
     let uri: Uri = request.uri().to_string().parse().unwrap_or_default();
     let fingerprint = fingerprint(&method, &uri, &headers, &body);
+    let wait = options.wait_for(&headers);
     request.set_payload(Payload::from(body));
     // The request goes to the handler whole: actix routes it only while no
     // clone of it exists. The response is built on the handler's request,
@@ -189,7 +190,7 @@ where
         };
         config
             .options
-            .exchange(&idem, &key, fingerprint, handler)
+            .exchange_waiting(&idem, &key, fingerprint, wait, handler)
             .await
     });
     let response = match task.await {

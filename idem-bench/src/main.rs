@@ -15,6 +15,7 @@ mod report;
 mod runner;
 mod stats;
 mod stores;
+mod wake;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -121,6 +122,12 @@ struct Args {
     #[arg(long, value_delimiter = ',', num_args = 0.., default_missing_value = "memory,redis")]
     http: Option<Vec<String>>,
 
+    /// Measure wake-ups instead: how soon a waiter returns after the owner
+    /// completes, woken by the store's notifications and polling only, on
+    /// each store listed, with this many trials per row (default 200).
+    #[arg(long, num_args = 0..=1, default_missing_value = "200")]
+    wake: Option<usize>,
+
     /// Write a PNG chart of ops/s per store and workload here.
     #[arg(long)]
     chart: Option<PathBuf>,
@@ -225,6 +232,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(trials) = args.wake {
+        let stores: Vec<&str> = args.stores.iter().map(|s| s.trim()).collect();
+        let urls = (
+            args.redis_url.as_str(),
+            args.postgres_url.as_str(),
+            args.mysql_url.as_str(),
+        );
+        return match runtime.block_on(wake::run(&stores, urls, &plan.tag, trials.max(1))) {
+            Ok(rows) => {
+                wake::print(&rows, trials.max(1));
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("idem-bench: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match runtime.block_on(run(&args, &plan)) {
         Ok(report) => finish(&args, &report),
         Err(error) => {

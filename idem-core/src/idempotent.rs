@@ -14,7 +14,7 @@ use crate::machine::{decide, Decision};
 use crate::observe::{self, KeyInTraces, Observe, ObservedStore};
 use crate::{
     Begin, Error, Fingerprint, Fingerprints, Insert, Key, Lease, NewRecord, Replay, State, Store,
-    Token, When,
+    Token, Watch, When,
 };
 
 /// The default lease: how long a crashed owner blocks its key.
@@ -34,6 +34,10 @@ const MAX_LOST_TAKEOVERS: usize = 8;
 const FIRST_PAUSE: Duration = Duration::from_millis(5);
 const LONGEST_PAUSE: Duration = Duration::from_millis(250);
 
+/// How often a waiter woken by its store still reads the record, at the
+/// least: the poll then only catches a lost notification, so it is slow.
+pub const FALLBACK_POLL: Duration = Duration::from_secs(1);
+
 /// Runs work at most once per idempotency key and replays its outcome.
 ///
 /// Cheap to clone and share: it holds an `Arc` of the store and its
@@ -48,6 +52,7 @@ pub struct Idempotent {
     lease: Duration,
     retention: Duration,
     wait: Option<Duration>,
+    polling: (Duration, Duration),
 }
 
 impl Idempotent {
@@ -72,6 +77,7 @@ impl Idempotent {
             lease: DEFAULT_LEASE,
             retention: DEFAULT_RETENTION,
             wait: None,
+            polling: (FIRST_PAUSE, LONGEST_PAUSE),
         }
     }
 
@@ -130,13 +136,31 @@ impl Idempotent {
     /// Makes a caller that finds the key in progress wait up to `wait` for
     /// the outcome instead of returning [`Error::InProgress`] at once.
     ///
-    /// The waiter polls the store with a backoff that doubles from 5 ms to
-    /// 250 ms, for as long as its own deadline allows and no longer: it
+    /// The waiter is bounded by its own deadline and nothing else: it
     /// gets the outcome as soon as one is recorded, takes the key over
     /// (and runs the work) if the owner crashed and its lease lapsed, or
     /// gets [`Error::InProgress`] once `wait` has passed.
+    ///
+    /// On a store that sends [wake-ups](Store::wakeups) (memory, SQLite,
+    /// PostgreSQL, Redis) the waiter watches the key, reads the record
+    /// once more (so an outcome recorded meanwhile is not missed) and
+    /// sleeps until it is woken, reading the record again only every
+    /// [`FALLBACK_POLL`] (or the longest pause of
+    /// [`with_wait_polling`](Idempotent::with_wait_polling), if longer) in
+    /// case a notification was lost. While the store's notifications do
+    /// not flow, and on every other store, it polls with a backoff that
+    /// doubles from 5 ms to 250 ms.
     pub fn with_wait(mut self, wait: Duration) -> Idempotent {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Sets the polling backoff of a waiter: the first pause, doubled up
+    /// to `longest` (5 ms and 250 ms by default). Zero pauses are raised
+    /// to one millisecond and `first` is capped at `longest`.
+    pub fn with_wait_polling(mut self, first: Duration, longest: Duration) -> Idempotent {
+        let longest = longest.max(crate::clamp::SHORTEST);
+        self.polling = (first.clamp(crate::clamp::SHORTEST, longest), longest);
         self
     }
 
@@ -374,7 +398,8 @@ impl Idempotent {
         fingerprints: Fingerprints,
     ) -> Result<Begin, Error> {
         let fingerprint = fingerprints.current();
-        let mut waiter = Waiter::new(self.wait);
+        let mut waiter = Waiter::new(self.wait, self.polling);
+        let mut watch = None;
         let mut lost_takeovers = 0;
         loop {
             let token = Token::random();
@@ -422,7 +447,20 @@ impl Idempotent {
                 }
                 Decision::InProgress(left) => left,
             };
-            if !waiter.pause(left).await {
+            if !waiter.waits() {
+                self.observed.observe.decided("in_progress");
+                return Err(Error::InProgress { retry_after: left });
+            }
+            if watch.is_none() {
+                if let Some(wakeups) = self.store.wakeups() {
+                    // Watch first, then read again: an outcome recorded
+                    // between the last read and the watch is seen by the
+                    // read, one recorded after it wakes the watch.
+                    watch = Some(wakeups.watch(key.as_str()));
+                    continue;
+                }
+            }
+            if !waiter.pause(left, watch.as_mut()).await {
                 self.observed.observe.decided("in_progress");
                 return Err(Error::InProgress { retry_after: left });
             }
@@ -448,24 +486,38 @@ impl Idempotent {
 }
 
 /// A caller that waits for a key in progress: until its own deadline, with
-/// capped backoff.
+/// capped backoff, woken early by its store where the store can.
 struct Waiter {
     deadline: Option<Instant>,
     pause: Duration,
+    longest: Duration,
 }
 
 impl Waiter {
-    fn new(wait: Option<Duration>) -> Waiter {
+    fn new(wait: Option<Duration>, (first, longest): (Duration, Duration)) -> Waiter {
         Waiter {
-            deadline: wait.map(|wait| Instant::now() + wait),
-            pause: FIRST_PAUSE,
+            // A wait too long to add to the clock waits as long as it can.
+            deadline: wait.map(|wait| {
+                let now = Instant::now();
+                now.checked_add(wait)
+                    .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+            }),
+            pause: first,
+            longest,
         }
     }
 
+    /// Whether the caller waits and its deadline is still ahead.
+    fn waits(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| Instant::now() < deadline)
+    }
+
     /// Sleeps before the next look at the key, at most until the deadline
-    /// and until the owner's lease (`left`) could lapse; `false` once the
-    /// deadline has passed (or for a caller that does not wait).
-    async fn pause(&mut self, left: Duration) -> bool {
+    /// and until the owner's lease (`left`) could lapse, and no longer than
+    /// a wake-up of `watch`; `false` once the deadline has passed (or for a
+    /// caller that does not wait).
+    async fn pause(&mut self, left: Duration, watch: Option<&mut Watch>) -> bool {
         let Some(deadline) = self.deadline else {
             return false;
         };
@@ -473,14 +525,28 @@ impl Waiter {
         if now >= deadline {
             return false;
         }
+        let woken_by_store = watch.as_ref().is_some_and(|watch| watch.is_connected());
+        let pace = if woken_by_store {
+            self.longest.max(FALLBACK_POLL)
+        } else {
+            let pace = self.pause;
+            self.pause = (self.pause * 2).min(self.longest);
+            pace
+        };
         // A lapsed lease may read as zero left: pause at least a moment so
         // a takeover that keeps losing does not spin.
-        let pause = self
-            .pause
+        let pause = pace
             .min(left.max(crate::clamp::SHORTEST))
             .min(deadline - now);
-        tokio::time::sleep(pause).await;
-        self.pause = (self.pause * 2).min(LONGEST_PAUSE);
+        match watch {
+            Some(watch) => {
+                tokio::select! {
+                    () = watch.woken() => {}
+                    () = tokio::time::sleep(pause) => {}
+                }
+            }
+            None => tokio::time::sleep(pause).await,
+        }
         true
     }
 }

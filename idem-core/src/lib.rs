@@ -207,11 +207,12 @@ mod purger;
 mod record;
 pub mod steps;
 mod store;
+mod wake;
 
 pub use effects::Started;
 pub use error::{Error, When};
 pub use fingerprint::{Fingerprint, Fingerprints};
-pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
+pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION, FALLBACK_POLL};
 pub use inspect::{page_limit, Inspect, KeyParts, Listed, Listing, Page, Stats, MAX_PAGE};
 pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use lease::{Begin, Lease, Ran, Replay};
@@ -224,6 +225,7 @@ pub use steps::{
     DEFAULT_MAX_TAKEOVERS,
 };
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
+pub use wake::{Wakeups, Watch};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

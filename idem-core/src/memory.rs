@@ -2,13 +2,13 @@
 //! [`Store`] contract.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, Token};
+use crate::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
 
 /// An in-process store: a map behind a mutex, on tokio's clock.
 ///
@@ -16,10 +16,12 @@ use crate::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, To
 /// single-process programs, and fast (no I/O). Records vanish with the
 /// process. Because it reads time from [`tokio::time::Instant`], tests can
 /// pause and advance the clock to lapse leases and retention without
-/// sleeping.
+/// sleeping. Waiters are woken in process the moment an outcome is
+/// recorded or a claim released ([`Store::wakeups`]).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     records: Mutex<HashMap<String, Entry>>,
+    wakeups: Arc<Wakeups>,
 }
 
 #[derive(Debug)]
@@ -144,7 +146,11 @@ impl Store for MemoryStore {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
-        Ok(self.replace_if(key, expected, record, |_, _| true))
+        let swapped = self.replace_if(key, expected, record, |_, _| true);
+        if swapped && record.state != State::InFlight {
+            self.wakeups.wake(key);
+        }
+        Ok(swapped)
     }
 
     async fn take_over(
@@ -166,6 +172,8 @@ impl Store for MemoryStore {
                     && entry.token == expected =>
             {
                 records.remove(key);
+                drop(records);
+                self.wakeups.wake(key);
                 Ok(true)
             }
             _ => Ok(false),
@@ -194,5 +202,9 @@ impl Store for MemoryStore {
             records.remove(key);
         }
         Ok(expired.len())
+    }
+
+    fn wakeups(&self) -> Option<Arc<Wakeups>> {
+        Some(Arc::clone(&self.wakeups))
     }
 }

@@ -325,6 +325,10 @@ impl Store for ObservedStore {
             .call("purge_expired", "none", self.inner.purge_expired(limit))
             .await
     }
+
+    fn wakeups(&self) -> Option<Arc<crate::Wakeups>> {
+        self.inner.wakeups()
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{NewRecord, Record, Token};
+use crate::{NewRecord, Record, Token, Wakeups};
 
 /// What [`Store::insert`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +85,13 @@ pub enum Insert {
 /// *Cost.* Each method SHOULD be one round trip to the backend; the
 /// protocol's costs (two round trips for a first execution, one for a
 /// replay) rest on it. (Measured by `idem-bench`, not checked by the kit.)
+///
+/// *Wake-ups* (optional). A store MAY offer [`wakeups`](Store::wakeups);
+/// one that does MUST call [`Wakeups::wake`] for a key after every `swap`
+/// to `Completed` or `Failed` and every `remove` of it that took effect,
+/// and SHOULD NOT for renewals. A wake-up may be late or lost (waiters
+/// still poll), but one sent before the change is visible to `load` and
+/// `insert` is a bug: the woken waiter would read the old record.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Inserts `record` under `key` unless a live record is there.
@@ -141,6 +148,20 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// by the retention of its latest write. Call it again while it returns
     /// `limit`.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// The wake-ups this store sends when an outcome is recorded or a claim
+    /// released, or `None` (the default) when waiters must poll.
+    ///
+    /// The one method with a default, on purpose: `None` is never wrong,
+    /// only slower — a waiter on such a store polls with backoff, as it
+    /// always did — so a store written before wake-ups existed compiles
+    /// unchanged and stays correct. A store that needs a listener
+    /// connection SHOULD start it on the first call, so a store nobody
+    /// waits on holds no extra connection; the first call is made from
+    /// within a tokio runtime.
+    fn wakeups(&self) -> Option<Arc<Wakeups>> {
+        None
+    }
 }
 
 #[async_trait]
@@ -177,6 +198,10 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         (**self).purge_expired(limit).await
+    }
+
+    fn wakeups(&self) -> Option<Arc<Wakeups>> {
+        (**self).wakeups()
     }
 }
 

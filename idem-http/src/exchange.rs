@@ -111,7 +111,34 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
-        let reply = self.exchange_key(idem, key, fingerprint, handler).await;
+        self.exchange_waiting(idem, key, fingerprint, None, handler)
+            .await
+    }
+
+    /// [`exchange`](Options::exchange) for a request that may wait: one
+    /// that finds its key in progress waits up to `wait` (from
+    /// [`wait_for`](Options::wait_for), the request's `Prefer: wait=N`)
+    /// for the outcome, woken by the store where it can, and its answer
+    /// carries `Preference-Applied: wait`. Without a wait, or when the key
+    /// is not in progress, it is `exchange`, round trips included: the
+    /// wait costs a second claim only for a request that found its key in
+    /// progress.
+    pub async fn exchange_waiting<H, Fut, B, E>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        fingerprint: impl Into<Fingerprints>,
+        wait: Option<Duration>,
+        handler: H,
+    ) -> Result<Reply<B>, E>
+    where
+        H: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Response<B>, E>>,
+        B: ResponseBody,
+    {
+        let reply = self
+            .exchange_key(idem, key, fingerprint, wait, handler)
+            .await;
         crate::metrics::count(idem, &reply);
         reply
     }
@@ -121,6 +148,7 @@ impl Options {
         idem: &Idempotent,
         key: &str,
         fingerprint: impl Into<Fingerprints>,
+        wait: Option<Duration>,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -128,8 +156,48 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
-        let begun = self.timed(idem.begin(key, fingerprint.into()), When::BeforeWork);
-        let problem = match begun.await {
+        let fingerprints = fingerprint.into();
+        let begun = self
+            .timed(idem.begin(key, fingerprints.clone()), When::BeforeWork)
+            .await;
+        let (begun, waited) = match (begun, wait) {
+            (Err(Error::InProgress { .. }), Some(wait)) => {
+                let waiting = idem.clone().with_wait(wait);
+                let call = waiting.begin(key, fingerprints);
+                let bound = wait.saturating_add(self.store_timeout);
+                (self.timed_for(bound, call, When::BeforeWork).await, true)
+            }
+            (begun, _) => (begun, false),
+        };
+        let reply = self.answer(key, begun, handler).await;
+        if !waited {
+            return reply;
+        }
+        reply.map(|reply| match reply {
+            Reply::Whole(mut response) => {
+                applied(response.headers_mut());
+                Reply::Whole(response)
+            }
+            Reply::Handler(mut response) => {
+                applied(response.headers_mut());
+                Reply::Handler(response)
+            }
+        })
+    }
+
+    /// Answers a request from what its claim found.
+    async fn answer<H, Fut, B, E>(
+        &self,
+        key: &str,
+        begun: Result<Begin, Error>,
+        handler: H,
+    ) -> Result<Reply<B>, E>
+    where
+        H: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Response<B>, E>>,
+        B: ResponseBody,
+    {
+        let problem = match begun {
             Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
             Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload()) {
                 Ok(Stored::Response {
@@ -234,10 +302,20 @@ impl Options {
         call: impl IntoFuture<Output = Result<T, Error>>,
         when: When,
     ) -> Result<T, Error> {
-        match tokio::time::timeout(self.store_timeout, call).await {
+        self.timed_for(self.store_timeout, call, when).await
+    }
+
+    /// A call bounded by `bound`.
+    async fn timed_for<T>(
+        &self,
+        bound: Duration,
+        call: impl IntoFuture<Output = Result<T, Error>>,
+        when: When,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(bound, call).await {
             Ok(done) => done,
             Err(_) => Err(Error::Store {
-                source: timed_out(self.store_timeout),
+                source: timed_out(bound),
                 when,
             }),
         }
@@ -270,6 +348,14 @@ impl Options {
                 "could not release the key; it stays claimed until its lease lapses");
         }
     }
+}
+
+/// Marks a response as the answer to a request whose wait was honoured.
+fn applied(headers: &mut HeaderMap) {
+    headers.append(
+        crate::PREFERENCE_APPLIED,
+        http::HeaderValue::from_static("wait"),
+    );
 }
 
 // A store that blips at the moment of recording would otherwise leave the

@@ -11,6 +11,10 @@ const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 /// The default bound on one store call.
 const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The default cap on a `Prefer: wait=N` wait: 10 s. A waiting request
+/// holds its connection open, so the layer, not the client, bounds it.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
+
 /// The settings of the protocol, shared by every adapter: which requests are
 /// protected, the limits, and what a store failure does. An adapter adds
 /// only what is framework-typed (the scope extractor) and forwards its
@@ -26,6 +30,7 @@ pub struct Options {
     pub(crate) record_server_errors: bool,
     pub(crate) fail_open: bool,
     pub(crate) store_timeout: Duration,
+    pub(crate) max_wait: Duration,
 }
 
 impl Options {
@@ -48,6 +53,7 @@ impl Options {
             record_server_errors: false,
             fail_open: false,
             store_timeout: DEFAULT_STORE_TIMEOUT,
+            max_wait: DEFAULT_MAX_WAIT,
         }
     }
 
@@ -106,6 +112,25 @@ impl Options {
     pub fn with_store_timeout(mut self, timeout: Duration) -> Options {
         self.store_timeout = timeout;
         self
+    }
+
+    /// The longest a request with `Prefer: wait=N` (RFC 7240) waits for
+    /// the outcome of its key when it finds it in progress, instead of
+    /// getting 409: `min(N, max)`. Default [`DEFAULT_MAX_WAIT`] (10 s);
+    /// zero ignores the preference. A request without the header is
+    /// answered as before.
+    pub fn with_max_wait(mut self, max: Duration) -> Options {
+        self.max_wait = max;
+        self
+    }
+
+    /// How long a request with these headers may wait for its key:
+    /// its `Prefer: wait=N`, capped by [`with_max_wait`](Options::with_max_wait);
+    /// `None` without the preference, for `wait=0` or when waiting is off.
+    pub fn wait_for(&self, headers: &http::HeaderMap) -> Option<Duration> {
+        crate::preferred_wait(headers)
+            .map(|wait| wait.min(self.max_wait))
+            .filter(|wait| !wait.is_zero())
     }
 
     /// The [`Idempotent`] requests are checked with, before any scope.
@@ -207,6 +232,14 @@ macro_rules! option_setters {
         /// failure, so that a hung backend cannot hang requests. Default 5 s.
         pub fn with_store_timeout(self, timeout: ::std::time::Duration) -> Self {
             self.map_options(|o| o.with_store_timeout(timeout))
+        }
+
+        /// The longest a request with `Prefer: wait=N` (RFC 7240) waits for
+        /// the outcome of its key when it finds it in progress, instead of
+        /// getting 409: `min(N, max)`, answered with `Preference-Applied:
+        /// wait`. Default 10 s; zero ignores the preference.
+        pub fn with_max_wait(self, max: ::std::time::Duration) -> Self {
+            self.map_options(|o| o.with_max_wait(max))
         }
     };
 }

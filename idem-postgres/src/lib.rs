@@ -115,6 +115,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod inspect;
+mod notify;
 mod schema;
 mod steps;
 mod store;

@@ -58,14 +58,35 @@ pub(crate) struct Statements {
     pub(crate) swap: String,
     pub(crate) take_over: String,
     pub(crate) remove: String,
+    /// The swap that records an outcome (`Completed`, `Failed`): `swap`,
+    /// plus a notification of the key on the table's channel when
+    /// notifications are on. Returns the number of rows changed.
+    pub(crate) settle: String,
+    /// The notification channel, when notifications are on.
+    pub(crate) channel: Option<String>,
     pub(crate) load: String,
     pub(crate) purge: String,
     pub(crate) complete_in: String,
 }
 
 impl Statements {
-    pub(crate) fn new(name: TableName) -> Statements {
+    /// The statements for table `name`; with `notify`, the ones that
+    /// record an outcome or release a key also `NOTIFY` the key on the
+    /// table's [channel](crate::notify::channel), in the same statement,
+    /// so the notification is sent exactly when the change commits.
+    pub(crate) fn new(name: TableName, notify: bool) -> Statements {
         let t = name.quoted();
+        let channel = notify.then(|| crate::notify::channel(&name));
+        // `pg_notify` in the select list of a subquery runs once per
+        // changed row (a volatile function is never optimized away); the
+        // outer count says how many rows changed.
+        let notifying = |change: &str| match &channel {
+            Some(channel) => format!(
+                "WITH done AS ({change} RETURNING key) \
+                 SELECT count(*) FROM (SELECT pg_notify('{channel}', key) FROM done) AS n"
+            ),
+            None => format!("WITH done AS ({change} RETURNING key) SELECT count(*) FROM done"),
+        };
         // Remaining times leave the database as whole microseconds, so the
         // client never compares clocks.
         let left = |column: &str| {
@@ -95,8 +116,12 @@ impl Statements {
         let owned_live_in_flight =
             format!("key = $1 AND token = $2 AND state = 0 AND retain_until > {NOW}");
         let swap = format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}");
+        let remove = format!("DELETE FROM {t} WHERE {owned_live_in_flight}");
         Statements {
-            complete_in: crate::tx::fenced_completion(&swap),
+            complete_in: crate::tx::fenced_completion(&swap, channel.as_deref()),
+            settle: notifying(&swap),
+            remove: notifying(&remove),
+            channel,
             // The name inside the lock's literal passed validation, so it
             // holds no quote.
             migrate: format!(
@@ -144,7 +169,6 @@ impl Statements {
                 "UPDATE {t} SET {set_new} WHERE {owned_live_in_flight} \
                  AND (lease_until IS NULL OR lease_until <= {NOW})"
             ),
-            remove: format!("DELETE FROM {t} WHERE {owned_live_in_flight}"),
             load: format!(
                 "SELECT token, fingerprint, state, payload, {lease_left}, {retain_left} \
                  FROM {t} WHERE key = $1 AND retain_until > {NOW}"
@@ -208,7 +232,7 @@ mod tests {
 
     #[test]
     fn statements_splice_only_the_quoted_name() {
-        let statements = Statements::new(TableName::parse("app.idem").unwrap());
+        let statements = Statements::new(TableName::parse("app.idem").unwrap(), true);
         assert!(statements
             .insert
             .contains("INSERT INTO \"app\".\"idem\" AS r"));

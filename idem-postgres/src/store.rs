@@ -4,12 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
 use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, Postgres};
 use sqlx::query::Query;
 use sqlx::Row;
 
 use crate::error::{error, interval, record};
+use crate::notify::Listener;
 use crate::schema::{Statements, TableName};
 
 /// Idempotency records in one PostgreSQL table, on a sqlx pool.
@@ -40,10 +41,30 @@ use crate::schema::{Statements, TableName};
 /// Under a stricter `default_transaction_isolation`, two racing claims of
 /// one key may fail with a serialization error, returned as a backend
 /// [`StoreError`]; the claim is then safe to retry.
+///
+/// # Waking waiters
+///
+/// Recording an outcome or releasing a key also `NOTIFY`s the key on the
+/// table's channel ([`notify_channel`](PostgresStore::notify_channel)), in
+/// the same statement (in the caller's transaction for
+/// [`complete_in`](PostgresStore::complete_in)), so it is sent when the
+/// change commits. The first waiter
+/// ([`Idempotent::with_wait`](idem_core::Idempotent::with_wait)) starts one
+/// listener connection, taken from the pool and kept, shared by every
+/// waiter of the store and its clones; it reconnects when lost, and
+/// waiters poll meanwhile. Two costs to weigh, which is why
+/// [`with_notifications(false)`](PostgresStore::with_notifications) turns
+/// it all off (waiters then poll): a transaction that notified takes a
+/// database-wide lock at commit, which serializes the commits of
+/// completions (see `BENCHMARKS.md` for the measured cost), and `LISTEN`
+/// does not work through a transaction-pooling proxy such as PgBouncer in
+/// transaction mode — there, notifications simply never arrive and
+/// waiters poll.
 #[derive(Clone)]
 pub struct PostgresStore {
     pub(crate) pool: PgPool,
     pub(crate) sql: Arc<Statements>,
+    listener: Arc<Listener>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -83,7 +104,8 @@ impl PostgresStore {
     pub fn from_pool(pool: PgPool) -> PostgresStore {
         PostgresStore {
             pool,
-            sql: Arc::new(Statements::new(TableName::default())),
+            sql: Arc::new(Statements::new(TableName::default(), true)),
+            listener: Arc::default(),
         }
     }
 
@@ -94,10 +116,31 @@ impl PostgresStore {
     /// quoted, so its case is kept.
     pub fn with_table(self, name: &str) -> Result<PostgresStore, StoreError> {
         let name = TableName::parse(name)?;
+        let notify = self.sql.channel.is_some();
         Ok(PostgresStore {
             pool: self.pool,
-            sql: Arc::new(Statements::new(name)),
+            sql: Arc::new(Statements::new(name, notify)),
+            listener: Arc::default(),
         })
+    }
+
+    /// Turns waking waiters by `LISTEN`/`NOTIFY` on (the default) or off.
+    /// Off, no statement notifies and no listener connection is made:
+    /// waiters poll. Turn it off behind a transaction-pooling proxy, or
+    /// where the commit lock `NOTIFY` takes costs more than polling.
+    pub fn with_notifications(self, on: bool) -> PostgresStore {
+        PostgresStore {
+            pool: self.pool,
+            sql: Arc::new(Statements::new(self.sql.name.clone(), on)),
+            listener: Arc::default(),
+        }
+    }
+
+    /// The channel outcomes are notified on (`idem:` and the table name, or
+    /// a hash of the name when it is long), or `None` when notifications
+    /// are off.
+    pub fn notify_channel(&self) -> Option<&str> {
+        self.sql.channel.as_deref()
     }
 
     /// Creates the table and its index if they are missing; harmless when
@@ -183,7 +226,18 @@ impl Store for PostgresStore {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
-        self.write(&self.sql.swap, key, expected, record).await
+        if record.state == State::InFlight {
+            return self.write(&self.sql.swap, key, expected, record).await;
+        }
+        let query = sqlx::query(&self.sql.settle)
+            .bind(key)
+            .bind(&expected.as_bytes()[..]);
+        let row = bind_record(query, record)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(error)?;
+        let changed: i64 = row.try_get(0).map_err(error)?;
+        Ok(changed == 1)
     }
 
     async fn take_over(
@@ -196,13 +250,14 @@ impl Store for PostgresStore {
     }
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.sql.remove)
+        let row = sqlx::query(&self.sql.remove)
             .bind(key)
             .bind(&expected.as_bytes()[..])
-            .execute(&self.pool)
+            .fetch_one(&self.pool)
             .await
             .map_err(error)?;
-        Ok(done.rows_affected() == 1)
+        let removed: i64 = row.try_get(0).map_err(error)?;
+        Ok(removed == 1)
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -224,5 +279,10 @@ impl Store for PostgresStore {
             .await
             .map_err(error)?;
         Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+    }
+
+    fn wakeups(&self) -> Option<Arc<Wakeups>> {
+        let channel = self.sql.channel.as_deref()?;
+        Some(self.listener.wakeups(&self.pool, channel))
     }
 }

@@ -23,10 +23,17 @@ pub type TxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
 /// update, answered with the count of rows it changed and the database it
 /// ran in, so that a lost lease can be told from a transaction on another
 /// database.
-pub(crate) fn fenced_completion(swap: &str) -> String {
+pub(crate) fn fenced_completion(swap: &str, channel: Option<&str>) -> String {
+    // The notification is queued in the caller's transaction and sent at
+    // its commit, never for a rollback.
+    let changed = match channel {
+        Some(channel) => format!("SELECT pg_notify('{channel}', key) FROM done"),
+        None => "SELECT FROM done".to_owned(),
+    };
     format!(
-        "WITH done AS ({swap} RETURNING 1) \
-         SELECT (SELECT count(*) FROM done) AS changed, current_database()::text AS database"
+        "WITH done AS ({swap} RETURNING key) \
+         SELECT (SELECT count(*) FROM ({changed}) AS n) AS changed, \
+         current_database()::text AS database"
     )
 }
 

@@ -36,6 +36,7 @@ pub mod raw;
 mod record;
 mod scripts;
 mod store;
+mod wake;
 
 pub use redis;
 pub use store::{RedisStore, DEFAULT_PREFIX};

@@ -9,7 +9,7 @@
 use async_trait::async_trait;
 use redis::{Cmd, Pipeline, RedisError, Value};
 
-use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token};
 
 use crate::connection::{command, is_wrong_type, Script};
 use crate::record::{self, Encoded, BACKEND};
@@ -51,20 +51,29 @@ impl RedisStore {
     }
 
     /// A compare-and-set script on `key`: the new value and its retention
-    /// when there is one, then the expected token.
+    /// when there is one, then the expected token, then the channel to
+    /// publish an outcome or a release on, if any.
     async fn compare_and_set(
         &self,
         script: &Script,
         key: &[u8],
         record: Option<&NewRecord<'_>>,
         expected: Token,
+        publish: Option<&[u8]>,
     ) -> Result<bool, StoreError> {
         let encoded = record.map(Encoded::new);
-        let mut call = script.call(key, encoded.as_ref().map_or(0, Encoded::len) + 40);
+        let publish_len = publish.map_or(0, <[u8]>::len);
+        let mut call = script.call(
+            key,
+            encoded.as_ref().map_or(0, Encoded::len) + 40 + publish_len,
+        );
         if let Some(encoded) = &encoded {
             call.arg(encoded).arg(encoded.retention_ms);
         }
         call.arg(&expected.as_bytes()[..]);
+        if let Some(channel) = publish {
+            call.arg(channel);
+        }
         let reply = script
             .run(&*self.connection, &call)
             .await
@@ -124,7 +133,12 @@ impl Store for RedisStore {
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
         let key = self.redis_key(key);
-        self.compare_and_set(&SCRIPTS.swap, &key, Some(record), expected)
+        // Renewals publish nothing: only an outcome wakes waiters.
+        let publish = self
+            .channel
+            .as_deref()
+            .filter(|_| record.state != State::InFlight);
+        self.compare_and_set(&SCRIPTS.swap, &key, Some(record), expected, publish)
             .await
     }
 
@@ -135,13 +149,14 @@ impl Store for RedisStore {
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
         let key = self.redis_key(key);
-        self.compare_and_set(&SCRIPTS.take_over, &key, Some(record), expected)
+        self.compare_and_set(&SCRIPTS.take_over, &key, Some(record), expected, None)
             .await
     }
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
         let key = self.redis_key(key);
-        self.compare_and_set(&SCRIPTS.remove, &key, None, expected)
+        let publish = self.channel.as_deref();
+        self.compare_and_set(&SCRIPTS.remove, &key, None, expected, publish)
             .await
     }
 
@@ -157,5 +172,9 @@ impl Store for RedisStore {
     /// find nothing to do.
     async fn purge_expired(&self, _limit: usize) -> Result<usize, StoreError> {
         Ok(0)
+    }
+
+    fn wakeups(&self) -> Option<std::sync::Arc<idem_core::Wakeups>> {
+        self.wake_ups()
     }
 }

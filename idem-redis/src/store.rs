@@ -12,6 +12,7 @@ use idem_core::StoreError;
 use crate::connection::Shared;
 use crate::record::BACKEND;
 use crate::scripts::SCRIPTS;
+use crate::wake::Subscriber;
 
 /// The key prefix a store uses unless told otherwise.
 pub const DEFAULT_PREFIX: &str = "idem:";
@@ -59,12 +60,31 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// * [`purge_expired`](idem_core::Store::purge_expired) always returns
 ///   `Ok(0)`: Redis deletes expired keys itself.
 ///
+/// * **Waking waiters.** The scripts that record an outcome or release a
+///   key also `PUBLISH` the key on the store's channel (the prefix followed
+///   by `wake-ups`), in the same step. A store made by
+///   [`connect`](RedisStore::connect) (or given a client with
+///   [`with_wake_client`](RedisStore::with_wake_client)) opens one
+///   subscriber connection when its first waiter
+///   ([`Idempotent::with_wait`](idem_core::Idempotent::with_wait)) comes,
+///   shared by every waiter of the store and its clones, and reconnects it
+///   when lost; waiters poll meanwhile. A store on a cluster connection
+///   sends no wake-ups (its waiters poll): a plain `PUBLISH` is broadcast
+///   to every node of a cluster, and sharded pub/sub would take a
+///   subscription per key. [`with_notifications(false)`](RedisStore::with_notifications)
+///   turns publishing and subscribing off.
+///
 /// Needs Redis 7.0 or newer (`SET` with both `NX` and `GET`).
 #[derive(Clone)]
 pub struct RedisStore {
     pub(crate) connection: Arc<dyn Shared>,
     connection_kind: &'static str,
     pub(crate) prefix: Arc<[u8]>,
+    client: Option<redis::Client>,
+    notifications: bool,
+    /// The channel outcomes are published on, when this store publishes.
+    pub(crate) channel: Option<Arc<[u8]>>,
+    subscriber: Arc<Subscriber>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -72,6 +92,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("connection", &self.connection_kind)
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("notifications", &self.channel.is_some())
             .finish()
     }
 }
@@ -85,10 +106,13 @@ impl RedisStore {
     /// use the new connection). The scripts are loaded up front.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(config)?;
-        let manager = ConnectionManager::new(client)
+        let manager = ConnectionManager::new(client.clone())
             .await
             .map_err(|e| StoreError::backend(BACKEND, e))?;
-        RedisStore::from_connection(manager).load_scripts().await
+        RedisStore::from_connection(manager)
+            .with_wake_client(client)
+            .load_scripts()
+            .await
     }
 
     /// Connects to a Redis Cluster through any of its nodes, for example
@@ -127,6 +151,10 @@ impl RedisStore {
             connection: Arc::new(connection),
             connection_kind: std::any::type_name::<C>(),
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
+            client: None,
+            notifications: true,
+            channel: None,
+            subscriber: Arc::default(),
         }
     }
 
@@ -135,7 +163,53 @@ impl RedisStore {
     /// or to keep applications apart.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisStore {
         self.prefix = Arc::from(prefix.into().into_bytes());
+        self.rewire()
+    }
+
+    /// Wakes waiters through `client`: the store's outcomes are published,
+    /// and the first waiter opens a subscriber connection with `client`
+    /// (to the same server as the store's connection). [`connect`](RedisStore::connect)
+    /// does this already; use it with [`from_connection`](RedisStore::from_connection).
+    pub fn with_wake_client(mut self, client: redis::Client) -> RedisStore {
+        self.client = Some(client);
+        self.rewire()
+    }
+
+    /// Turns waking waiters by pub/sub on (the default, where the store has
+    /// a client) or off: off, nothing is published and no subscriber
+    /// connection is made; waiters poll.
+    pub fn with_notifications(mut self, on: bool) -> RedisStore {
+        self.notifications = on;
+        self.rewire()
+    }
+
+    /// The channel outcomes are published on, or `None` when this store
+    /// sends no wake-ups.
+    pub fn notify_channel(&self) -> Option<&[u8]> {
+        self.channel.as_deref()
+    }
+
+    /// The local address of the wake-up subscriber connection while it is
+    /// connected over TCP — its `addr` in `CLIENT LIST`.
+    pub fn subscriber_addr(&self) -> Option<std::net::SocketAddr> {
+        self.subscriber.addr()
+    }
+
+    /// Recomputes the channel after a change of prefix or options; a
+    /// subscriber started for the old settings is left to the clones that
+    /// share it.
+    fn rewire(mut self) -> RedisStore {
+        self.channel = (self.notifications && self.client.is_some())
+            .then(|| Arc::from(crate::wake::channel(&self.prefix)));
+        self.subscriber = Arc::default();
         self
+    }
+
+    /// The wake-ups, starting the subscriber on the first call.
+    pub(crate) fn wake_ups(&self) -> Option<Arc<idem_core::Wakeups>> {
+        self.channel.as_ref()?;
+        let client = self.client.as_ref()?;
+        Some(self.subscriber.wakeups(client, &self.prefix))
     }
 
     /// The key prefix.

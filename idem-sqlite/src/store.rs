@@ -3,10 +3,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
 use tokio::sync::oneshot;
 
 use crate::error::Failure;
@@ -94,10 +95,17 @@ pub enum Synchronous {
 ///
 /// Cheap to clone: clones share the writer thread, which ends when the
 /// last clone is dropped.
+///
+/// Waiters ([`Idempotent::with_wait`](idem_core::Idempotent::with_wait))
+/// are woken in process ([`Store::wakeups`]) once a completion, failure or
+/// release has committed — through this store or any clone of it. Another
+/// process writing the same file sends no wake-ups: waiters on its keys
+/// find the outcome by polling.
 #[derive(Clone)]
 pub struct SqliteStore {
     commands: Sender<Command>,
     path: Option<PathBuf>,
+    wakeups: Arc<Wakeups>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -133,7 +141,11 @@ impl SqliteStore {
         let commands = writer::start(target, settings)
             .await
             .map_err(Failure::into_store_error)?;
-        Ok(SqliteStore { commands, path })
+        Ok(SqliteStore {
+            commands,
+            path,
+            wakeups: Arc::new(Wakeups::new()),
+        })
     }
 
     /// Sets how long an operation waits for a database that another
@@ -244,7 +256,12 @@ impl Store for SqliteStore {
             expected,
         };
         match self.call(op).await? {
-            Done::Changed(removed) => Ok(removed),
+            Done::Changed(removed) => {
+                if removed {
+                    self.wakeups.wake(key);
+                }
+                Ok(removed)
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -267,6 +284,10 @@ impl Store for SqliteStore {
             other => Err(unexpected(other)),
         }
     }
+
+    fn wakeups(&self) -> Option<Arc<Wakeups>> {
+        Some(Arc::clone(&self.wakeups))
+    }
 }
 
 impl SqliteStore {
@@ -284,8 +305,19 @@ impl SqliteStore {
             take_over,
         };
         match self.call(op).await? {
-            Done::Changed(changed) => Ok(changed),
+            Done::Changed(changed) => {
+                if changed && record.state != State::InFlight {
+                    self.wakeups.wake(key);
+                }
+                Ok(changed)
+            }
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Wakes the waiters on `key`: its outcome was recorded or its claim
+    /// released by a committed transaction.
+    pub(crate) fn wake(&self, key: &str) {
+        self.wakeups.wake(key);
     }
 }

@@ -236,7 +236,10 @@ impl SqliteStore {
         });
         let ran = lease.run(self.call(op)).await;
         match ran.output {
-            Ok(Done::Changed(true)) => Ok(()),
+            Ok(Done::Changed(true)) => {
+                self.wake(lease.key().as_str());
+                Ok(())
+            }
             Ok(Done::Changed(false)) => Err(Error::LeaseLost),
             Ok(other) => Err(Error::Store {
                 source: unexpected(other),

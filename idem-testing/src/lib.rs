@@ -37,6 +37,7 @@ mod skip;
 mod sql;
 #[cfg(feature = "stores")]
 mod stores;
+pub mod waiting;
 
 pub use cleanup::Cleanup;
 pub use names::unique_name;

@@ -117,6 +117,7 @@ where
         None => options.idempotent().clone(),
     };
     let fingerprint = fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+    let wait = options.wait_for(&parts.headers);
     let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, nothing may be cancelled: a client that hangs up
     // while the claim is in flight must not leave a claimed key that nobody
@@ -126,10 +127,12 @@ where
     // before it is done.
     let exchange = Uncancelled::new(
         async move {
-            let reply = config.options.exchange(&idem, &key, fingerprint, || async {
-                let response = inner.call(request).await?;
-                Ok(response.map(ResponseBody::new))
-            });
+            let reply = config
+                .options
+                .exchange_waiting(&idem, &key, fingerprint, wait, || async {
+                    let response = inner.call(request).await?;
+                    Ok(response.map(ResponseBody::new))
+                });
             reply.await.map(|reply| match reply {
                 Reply::Whole(response) => response.map(ResponseBody::full),
                 Reply::Handler(response) => response,

@@ -4,3 +4,4 @@
 mod cases;
 mod cross;
 mod faults;
+mod waiting;

@@ -11,5 +11,6 @@ mod pools_and_faults;
 mod races;
 mod round_trips;
 mod tx;
+mod waking;
 
 pub(crate) use idem_testing::races::{in_flight, MINUTE};

@@ -1,5 +1,7 @@
 -- swap: replace the record under KEYS[1] with ARGV[1], kept ARGV[2] ms,
--- if it is in flight and holds the token ARGV[3].
+-- if it is in flight and holds the token ARGV[3]. With a channel in ARGV[4],
+-- a new value that is an outcome (state byte not 0) is published there as
+-- the key, in this same step, to wake the key's waiters.
 -- Follows record.lua, which has read the record into `v` and `state`.
 --
 -- Returns 1 when replaced (or found already replaced by this very value),
@@ -15,4 +17,7 @@ if state ~= 0 or token ~= ARGV[3] then
   return 0
 end
 redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+if ARGV[4] and string.byte(ARGV[1], 2) ~= 0 then
+  redis.call('PUBLISH', ARGV[4], key)
+end
 return 1

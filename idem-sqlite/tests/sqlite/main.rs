@@ -9,3 +9,4 @@ mod legacy;
 mod locking;
 mod support;
 mod tx;
+mod waking;

@@ -1,0 +1,250 @@
+//! `--wake`: how soon a waiter returns after the owner completes, woken by
+//! its store's notifications or polling only, per store in one run.
+//!
+//! Each trial claims a fresh key, starts a waiter
+//! (`Idempotent::with_wait`, the default 5–250 ms polling backoff), lets
+//! it settle into its wait for a varying 0–49 ms, and completes the key.
+//! The latency runs from the owner's `complete` call (its round trip
+//! included) to the waiter's return; the reads are the waiter's claims of
+//! the key, its store round trips.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use idem_core::{
+    Begin, Fingerprint, Idempotent, Insert, NewRecord, Record, Store, StoreError, Token, Wakeups,
+};
+
+use crate::fixture::BoxError;
+
+/// A store as the waiters see it: its claims counted, and its wake-ups
+/// hidden for the polling-only rows.
+#[derive(Debug)]
+struct Probe {
+    inner: Arc<dyn Store>,
+    notified: bool,
+    inserts: AtomicUsize,
+}
+
+#[async_trait]
+impl Store for Probe {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        self.inserts.fetch_add(1, Ordering::SeqCst);
+        self.inner.insert(key, record).await
+    }
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        r: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.inner.swap(key, expected, r).await
+    }
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        r: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        self.inner.take_over(key, expected, r).await
+    }
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        self.inner.remove(key, expected).await
+    }
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.load(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.inner.purge_expired(limit).await
+    }
+    fn wakeups(&self) -> Option<Arc<Wakeups>> {
+        self.inner.wakeups().filter(|_| self.notified)
+    }
+}
+
+/// One row: a store, woken or polling.
+#[derive(Debug)]
+pub(crate) struct WakeRow {
+    pub(crate) store: &'static str,
+    pub(crate) mode: &'static str,
+    pub(crate) p50: Duration,
+    pub(crate) p99: Duration,
+    pub(crate) reads: f64,
+    pub(crate) lost: usize,
+}
+
+/// Measures `trials` wake-ups on `store`, notified (when the store sends
+/// wake-ups) and polling only, alternating trial by trial.
+pub(crate) async fn measure(
+    name: &'static str,
+    store: Arc<dyn Store>,
+    tag: &str,
+    trials: usize,
+) -> Result<Vec<WakeRow>, BoxError> {
+    let notifies = store.wakeups().is_some();
+    let modes: &[(&'static str, bool)] = if notifies {
+        &[("notified", true), ("polling", false)]
+    } else {
+        &[("polling", false)]
+    };
+    if let Some(wakeups) = store.wakeups() {
+        // The listener connects on first use; measure it connected.
+        for _ in 0..1000 {
+            if wakeups.is_connected() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let mut samples = vec![(Vec::new(), 0usize, 0usize); modes.len()];
+    for trial in 0..trials {
+        for (m, (mode, notified)) in modes.iter().enumerate() {
+            let probe = Arc::new(Probe {
+                inner: Arc::clone(&store),
+                notified: *notified,
+                inserts: AtomicUsize::new(0),
+            });
+            let idem = Idempotent::from_arc(probe.clone())
+                .with_retention(Duration::from_secs(60))
+                .with_wait(Duration::from_secs(10));
+            let key = format!("{tag}-{mode}-{trial}");
+            let fingerprint = Fingerprint::of_bytes(b"wake");
+            let Begin::Run(lease) = idem.begin(&key, fingerprint).await? else {
+                return Err(format!("{name}: key {key} was not fresh").into());
+            };
+            let waiter = tokio::spawn({
+                let (idem, key) = (idem.clone(), key.clone());
+                async move {
+                    let answer = idem.begin(&key, fingerprint).await;
+                    (answer, Instant::now())
+                }
+            });
+            // Parked: its first claim, and (notified) its read after it
+            // began watching; then a varying settle so polls are met at
+            // every phase of the backoff.
+            let parked = if *notified { 3 } else { 2 };
+            while probe.inserts.load(Ordering::SeqCst) < parked {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            tokio::time::sleep(Duration::from_millis((trial * 7 % 50) as u64)).await;
+            let start = Instant::now();
+            lease.complete(b"1").await?;
+            let (answer, returned) = waiter.await?;
+            let sample = &mut samples[m];
+            match answer {
+                Ok(Begin::Replay(_)) => sample.0.push(returned.saturating_duration_since(start)),
+                _ => sample.2 += 1,
+            }
+            // Every claim but the owner's is the waiter's.
+            sample.1 += probe.inserts.load(Ordering::SeqCst) - 1;
+        }
+    }
+    Ok(modes
+        .iter()
+        .zip(samples)
+        .map(|((mode, _), (mut latencies, reads, lost))| {
+            latencies.sort();
+            let at = |q: f64| {
+                latencies
+                    .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+                    .copied()
+                    .unwrap_or_default()
+            };
+            WakeRow {
+                store: name,
+                mode,
+                p50: at(0.5),
+                p99: at(0.99),
+                reads: reads as f64 / trials as f64,
+                lost,
+            }
+        })
+        .collect())
+}
+
+/// Prints the rows as a table.
+pub(crate) fn print(rows: &[WakeRow], trials: usize) {
+    println!("wake-up latency, owner's complete → waiter returns ({trials} trials per row)");
+    println!(
+        "{:<10} {:<9} {:>10} {:>10} {:>14} {:>5}",
+        "store", "mode", "p50 ms", "p99 ms", "reads/waiter", "lost"
+    );
+    for row in rows {
+        println!(
+            "{:<10} {:<9} {:>10.2} {:>10.2} {:>14.1} {:>5}",
+            row.store,
+            row.mode,
+            row.p50.as_secs_f64() * 1e3,
+            row.p99.as_secs_f64() * 1e3,
+            row.reads,
+            row.lost
+        );
+    }
+}
+
+/// Opens every store asked for, measures it and cleans up after it.
+pub(crate) async fn run(
+    stores: &[&str],
+    urls: (&str, &str, &str),
+    tag: &str,
+    trials: usize,
+) -> Result<Vec<WakeRow>, BoxError> {
+    let (redis_url, postgres_url, mysql_url) = urls;
+    let table = format!("{tag}_wake").replace('-', "_");
+    let mut rows = Vec::new();
+    for &name in stores {
+        let (name, store): (&'static str, Arc<dyn Store>) = match name {
+            "memory" => ("memory", Arc::new(idem_core::MemoryStore::new())),
+            "sqlite" => {
+                let dir = tempfile::tempdir()?;
+                let store = idem_sqlite::SqliteStore::open(dir.path().join("wake.db")).await?;
+                rows.extend(measure("sqlite", Arc::new(store), tag, trials).await?);
+                continue;
+            }
+            "redis" => match idem_redis::RedisStore::connect(redis_url).await {
+                Ok(store) => ("redis", Arc::new(store.with_prefix(format!("{tag}:wake:")))),
+                Err(error) => {
+                    eprintln!("idem-bench: --wake skips redis: {error}");
+                    continue;
+                }
+            },
+            "postgres" => match idem_postgres::PostgresStore::connect(postgres_url).await {
+                Ok(store) => {
+                    let store = store.with_table(&table)?;
+                    store.migrate().await?;
+                    let pool = store.pool().clone();
+                    rows.extend(measure("postgres", Arc::new(store), tag, trials).await?);
+                    sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
+                        .execute(&pool)
+                        .await?;
+                    continue;
+                }
+                Err(error) => {
+                    eprintln!("idem-bench: --wake skips postgres: {error}");
+                    continue;
+                }
+            },
+            "mysql" => match idem_mysql::MySqlStore::connect(mysql_url).await {
+                Ok(store) => {
+                    let store = store.with_table(&table)?;
+                    store.migrate().await?;
+                    rows.extend(measure("mysql", Arc::new(store), tag, trials).await?);
+                    let pool = sqlx::MySqlPool::connect(mysql_url).await?;
+                    sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
+                        .execute(&pool)
+                        .await?;
+                    continue;
+                }
+                Err(error) => {
+                    eprintln!("idem-bench: --wake skips mysql: {error}");
+                    continue;
+                }
+            },
+            _ => continue,
+        };
+        rows.extend(measure(name, store, tag, trials).await?);
+    }
+    Ok(rows)
+}
