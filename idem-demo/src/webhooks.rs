@@ -149,6 +149,14 @@ pub struct WebhooksConfig {
     pub seed: u64,
     /// How long to wait for every event to settle (default 120 s).
     pub give_up_after: Duration,
+    /// The most times one event is delivered (default 3; at least 1).
+    pub max_deliveries: usize,
+    /// Whether about one event in 40 always fails and must end in the dead
+    /// letters (default true).
+    pub poison: bool,
+    /// The mean wait between two kills under chaos (default 250 ms; each
+    /// wait is drawn between half and one and a half times it).
+    pub kill_every: Duration,
 }
 
 impl Default for WebhooksConfig {
@@ -160,6 +168,9 @@ impl Default for WebhooksConfig {
             chaos: 0,
             seed: rand::rng().random(),
             give_up_after: Duration::from_secs(120),
+            max_deliveries: 3,
+            poison: true,
+            kill_every: Duration::from_millis(250),
         }
     }
 }
@@ -319,7 +330,13 @@ pub async fn run_webhooks(
         WorkerRun::Child(child)
     };
 
-    let planned = plan(&run, config.events, config.seed);
+    let planned = plan(
+        &run,
+        config.events,
+        config.seed,
+        config.max_deliveries.max(1),
+        config.poison,
+    );
     let delivering = {
         let (url, planned, senders, seed) =
             (url.clone(), planned.clone(), config.senders, config.seed);
@@ -337,10 +354,12 @@ pub async fn run_webhooks(
     let mut kills = 0;
     if let WorkerRun::Child(child) = &mut worker {
         while kills < config.chaos && started.elapsed() < config.give_up_after {
+            // The first kill comes early, so a small run meets one too.
+            let mean = config.kill_every.as_millis().max(2) as u64;
             let pause = if kills == 0 {
                 rand::rng().random_range(20..150)
             } else {
-                rand::rng().random_range(100..400)
+                rand::rng().random_range(mean / 2..mean * 3 / 2)
             };
             tokio::time::sleep(Duration::from_millis(pause)).await;
             let counts = book.counts(SOURCE).await.map_err(WebhooksError::Store)?;

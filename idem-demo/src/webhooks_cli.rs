@@ -29,6 +29,15 @@ pub(crate) struct WebhooksArgs {
     /// Seed of the provider's plan [default: random].
     #[arg(long)]
     seed: Option<u64>,
+    /// The most times the provider delivers one event.
+    #[arg(long, default_value_t = 3)]
+    max_deliveries: usize,
+    /// Milliseconds between two kills under --chaos, on average.
+    #[arg(long, default_value_t = 250)]
+    kill_every_ms: u64,
+    /// No poison events (every event must take effect).
+    #[arg(long)]
+    no_poison: bool,
     /// Seconds to wait for every event to settle.
     #[arg(long, default_value_t = 120)]
     give_up_after_secs: u64,
@@ -53,6 +62,9 @@ pub(crate) async fn webhooks(args: WebhooksArgs) -> ExitCode {
     config.chaos = args.chaos;
     config.seed = args.seed.unwrap_or(config.seed);
     config.give_up_after = Duration::from_secs(args.give_up_after_secs);
+    config.max_deliveries = args.max_deliveries.max(1);
+    config.kill_every = Duration::from_millis(args.kill_every_ms.max(2));
+    config.poison = !args.no_poison;
     // The temporary directory lives until the run is over.
     let (inbox, _dir) = match args.store {
         Some(inbox) => (inbox, None),

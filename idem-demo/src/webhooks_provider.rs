@@ -45,23 +45,31 @@ pub(crate) struct Sent {
 }
 
 /// The plan of `events` events for `run`: ids, payloads, resends.
-pub(crate) fn plan(run: &str, events: usize, seed: u64) -> Vec<(Planned, String, usize, u32)> {
+pub(crate) fn plan(
+    run: &str,
+    events: usize,
+    seed: u64,
+    max_deliveries: usize,
+    poison: bool,
+) -> Vec<(Planned, String, usize, u32)> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..events)
         .map(|n| {
             // About one event in 40 always fails (at least one per run of
             // eight or more): it must end in the dead letters.
-            let poison = n % 40 == 7;
+            let poison = poison && n % 40 == 7;
             // A fifth of the events fail their first attempt or two.
             let flaky: u32 = if rng.random_range(0..5) == 0 {
                 rng.random_range(1..=2)
             } else {
                 0
             };
-            let deliveries = match rng.random_range(0..20) {
-                0..=11 => 1,
-                12..=16 => 2,
-                _ => 3,
+            // Most events come once; the others up to `max_deliveries`
+            // times, fewer more often.
+            let deliveries = if max_deliveries == 1 || rng.random_range(0..20) < 12 {
+                1
+            } else {
+                rng.random_range(2..=max_deliveries)
             };
             let id = format!("evt_{run}_{n}");
             let body = format!(r#"{{"n":{n},"flaky":{flaky},"poison":{poison}}}"#);
