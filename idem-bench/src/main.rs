@@ -9,6 +9,7 @@ mod bench;
 mod chart;
 mod fixture;
 mod http;
+mod inbox;
 mod load;
 mod protocols;
 mod report;
@@ -119,6 +120,13 @@ struct Args {
     /// round trip per request, from 32 keep-alive connections.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_missing_value = "memory,redis")]
     http: Option<Vec<String>>,
+
+    /// Also measure the webhook inbox: the receiver's acknowledgement
+    /// latency at 32 senders on SQLite and PostgreSQL, and the worker's
+    /// jobs/s against a raw `FOR UPDATE SKIP LOCKED` loop on PostgreSQL
+    /// (`--stores none --inbox` for these alone).
+    #[arg(long)]
+    inbox: bool,
 
     /// Write a PNG chart of ops/s per store and workload here.
     #[arg(long)]
@@ -286,6 +294,18 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
             return Err(format!("unknown HTTP backend {other:?}: use memory or redis").into());
         }
         http::measure(&backends, args.redis_url.as_str(), plan, &mut report).await?;
+    }
+    if args.inbox {
+        eprintln!("idem-bench: measuring the inbox");
+        let lines = inbox::measure(
+            &args.postgres_url,
+            inbox::InboxPlan::new(args.quick),
+            &mut report.skipped,
+        )
+        .await?;
+        for line in lines {
+            println!("{line}");
+        }
     }
     Ok(report)
 }
