@@ -61,6 +61,9 @@ impl Receiver {
 /// The body, read up to one byte past `limit`: enough for the receiver to
 /// answer its own 413 problem, where actix's payload limit would answer
 /// plain text.
+// actix-web's payload is not `Send`: its handlers run on the worker thread
+// that accepted the connection, so this future never moves between threads.
+#[allow(clippy::future_not_send)]
 async fn read_up_to(
     mut payload: web::Payload,
     limit: usize,
