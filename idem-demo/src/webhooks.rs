@@ -462,13 +462,14 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[rank - 1]
 }
 
+/// An in-process worker: what stops it, and its task.
+type InProcessWorker = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), WebhooksError>>,
+);
+
 enum WorkerRun {
-    InProcess(
-        Option<(
-            tokio::sync::oneshot::Sender<()>,
-            tokio::task::JoinHandle<Result<(), WebhooksError>>,
-        )>,
-    ),
+    InProcess(Option<InProcessWorker>),
     Child(ChildWorker),
 }
 
