@@ -9,6 +9,7 @@ mod bench;
 mod chart;
 mod fixture;
 mod http;
+mod inbox;
 mod load;
 mod protocols;
 mod report;
@@ -127,6 +128,12 @@ struct Args {
     /// each store listed, with this many trials per row (default 200).
     #[arg(long, num_args = 0..=1, default_missing_value = "200")]
     wake: Option<usize>,
+    /// Also measure the webhook inbox: the receiver's acknowledgement
+    /// latency at 32 senders on SQLite and PostgreSQL, and the worker's
+    /// jobs/s against a raw `FOR UPDATE SKIP LOCKED` loop on PostgreSQL
+    /// (`--stores none --inbox` for these alone).
+    #[arg(long)]
+    inbox: bool,
 
     /// Write a PNG chart of ops/s per store and workload here.
     #[arg(long)]
@@ -297,6 +304,18 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
             return Err(format!("unknown HTTP backend {other:?}: use memory or redis").into());
         }
         http::measure(&backends, args.redis_url.as_str(), plan, &mut report).await?;
+    }
+    if args.inbox {
+        eprintln!("idem-bench: measuring the inbox");
+        let lines = inbox::measure(
+            &args.postgres_url,
+            inbox::InboxPlan::new(args.quick),
+            &mut report.skipped,
+        )
+        .await?;
+        for line in lines {
+            println!("{line}");
+        }
     }
     Ok(report)
 }

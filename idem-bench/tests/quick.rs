@@ -80,3 +80,38 @@ fn an_unknown_store_is_refused() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown store"));
 }
+
+/// The inbox figures run end to end in quick mode: an acknowledgement line
+/// per queue and a worker-against-raw ratio per kind of work. PostgreSQL
+/// must be up (as for the store rows); the figures themselves are not
+/// asserted.
+#[test]
+fn quick_inbox_mode_prints_acknowledgement_and_throughput_lines() {
+    let output = bench()
+        .args(["--quick", "--stores", "none", "--inbox"])
+        .output()
+        .expect("the harness starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains("inbox-ack sqlite c32 n=320 "), "{stdout}");
+    if stderr.contains("unreachable") {
+        assert!(std::env::var_os("CI").is_none(), "{stderr}");
+        eprintln!("skipped the PostgreSQL rows: {stderr}");
+        return;
+    }
+    assert!(stdout.contains("inbox-ack postgres c32 n=320 "), "{stdout}");
+    for work in ["0ms", "2ms"] {
+        let prefix = format!("ratio inbox-jobs work={work} ");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no line {prefix:?} in\n{stdout}"));
+        let value: f64 = line[prefix.len()..].parse().expect("a number");
+        assert!(value.is_finite() && value > 0.0, "{line}");
+    }
+}

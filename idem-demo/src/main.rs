@@ -11,6 +11,7 @@ use idem_demo::{
 };
 
 mod chaos_cli;
+mod webhooks_cli;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -30,6 +31,11 @@ enum Command {
     Serve(ServeArgs),
     /// Fire a retry storm at a payments API and check its ledger.
     Storm(StormArgs),
+    /// Run the webhook inbox end to end and check every event took effect once.
+    Webhooks(webhooks_cli::WebhooksArgs),
+    /// The worker `webhooks --chaos` runs as a child process.
+    #[command(hide = true)]
+    WebhooksWorker(webhooks_cli::WorkerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -91,7 +97,7 @@ async fn main() -> ExitCode {
     let default_filter = match cli.command {
         Command::Serve(_) => "info",
         // The storm's own server would drown the progress line in logs.
-        Command::Storm(_) => "warn",
+        Command::Storm(_) | Command::Webhooks(_) | Command::WebhooksWorker(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -105,6 +111,8 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Storm(args) => storm(args).await,
+        Command::Webhooks(args) => webhooks_cli::webhooks(args).await,
+        Command::WebhooksWorker(args) => webhooks_cli::worker(args).await,
     }
 }
 
@@ -203,7 +211,7 @@ async fn storm(args: StormArgs) -> ExitCode {
 }
 
 /// Ctrl-C, or SIGTERM where there is one (a container being stopped).
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C; stopping");

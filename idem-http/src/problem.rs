@@ -13,7 +13,9 @@ use http::{Response, StatusCode};
 /// to match on, not a page to fetch: `tag:idem-rs.github.io,2025:problem/<name>`
 /// with the names `invalid-key`, `missing-key`, `unreadable-body`,
 /// `body-too-large`, `in-progress`, `mismatch`, `not-replayable`,
-/// `store-unavailable` and `internal`.
+/// `store-unavailable` and `internal`; and for the webhook inbox
+/// (`idem-inbox`), `webhook-unverified`, `webhook-too-large`,
+/// `webhook-no-event-id` and `inbox-unavailable`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Problem {
@@ -35,6 +37,16 @@ pub enum Problem {
     Internal(&'static str),
     /// 503: the idempotency store failed before the handler ran.
     StoreUnavailable,
+    /// 401: a webhook delivery failed verification. The document says only
+    /// that it failed, never why, so a forger learns nothing.
+    WebhookUnverified,
+    /// 413: a webhook body is over the receiver's limit (in bytes).
+    WebhookTooLarge(usize),
+    /// 400: a verified webhook carries no event id where one was expected.
+    WebhookNoEventId(&'static str),
+    /// 503: a verified webhook could not be stored durably; the provider
+    /// may resend it.
+    InboxUnavailable,
 }
 
 impl Problem {
@@ -104,6 +116,30 @@ impl Problem {
                  checked; it is safe to retry"
                     .to_owned(),
             ),
+            Problem::WebhookUnverified => (
+                StatusCode::UNAUTHORIZED,
+                "webhook-unverified",
+                "Webhook signature invalid",
+                "the delivery could not be verified and was not accepted".to_owned(),
+            ),
+            Problem::WebhookTooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "webhook-too-large",
+                "Webhook body too large",
+                format!("the body is larger than {limit} bytes"),
+            ),
+            Problem::WebhookNoEventId(why) => (
+                StatusCode::BAD_REQUEST,
+                "webhook-no-event-id",
+                "Webhook event id missing",
+                (*why).to_owned(),
+            ),
+            Problem::InboxUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "inbox-unavailable",
+                "Inbox unavailable",
+                "the event could not be stored; it is safe to resend".to_owned(),
+            ),
         }
     }
 
@@ -117,17 +153,23 @@ impl Problem {
         self.parts().1
     }
 
-    /// The response: the problem document, `Content-Type:
-    /// application/problem+json`, and `Retry-After` for a request in
-    /// progress.
-    pub fn into_response(self) -> Response<Bytes> {
+    /// The RFC 9457 document: `type`, `title`, `status` and `detail`.
+    pub fn document(&self) -> serde_json::Value {
         let (status, slug, title, detail) = self.parts();
-        let body = serde_json::json!({
+        serde_json::json!({
             "type": format!("tag:idem-rs.github.io,2025:problem/{slug}"),
             "title": title,
             "status": status.as_u16(),
             "detail": detail,
-        });
+        })
+    }
+
+    /// The response: the problem document, `Content-Type:
+    /// application/problem+json`, and `Retry-After` for a request in
+    /// progress.
+    pub fn into_response(self) -> Response<Bytes> {
+        let status = self.status();
+        let body = self.document();
         let mut response = Response::new(Bytes::from(body.to_string()));
         *response.status_mut() = status;
         let headers = response.headers_mut();

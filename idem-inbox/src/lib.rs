@@ -31,7 +31,10 @@
 //!
 //! * [`verify`]: Standard Webhooks, Stripe, GitHub and shared-secret
 //!   headers, over the raw body bytes, in constant time.
-//! * [`Receiver`]: the axum endpoint; a forged delivery is 401 and enqueues
+//! * [`Receiver`]: the endpoint, for axum ([`Receiver::router`], feature
+//!   `axum`) and actix-web (`Receiver::actix_resource`, feature `actix`),
+//!   one behaviour under both; its problems come from idem-http's
+//!   catalogue. A forged delivery is 401 and enqueues
 //!   nothing, a resend is a 2xx that enqueues nothing twice.
 //! * [`queue`]: the [`Queue`](queue::Queue) contract, [`SqliteQueue`](queue::SqliteQueue)
 //!   and [`PostgresQueue`](queue::PostgresQueue); every transition of a
@@ -55,7 +58,5 @@ pub use backoff::Backoff;
 pub use handler::{Event, Handler, HandlerError};
 pub use ratelimit::RateLimiter;
 pub use worker::{Outcome, Worker, WorkerConfig};
-#[cfg(feature = "axum")]
 pub mod receiver;
-#[cfg(feature = "axum")]
 pub use receiver::{Received, Receiver, Rejection};

@@ -22,7 +22,8 @@ pub struct WorkerConfig {
     /// Jobs handled at once (default 8).
     pub concurrency: usize,
     /// The queue lease of a claimed job, renewed every third of it while the
-    /// handler runs (default 60 s).
+    /// handler runs (default 60 s). Keep it long: see [`Worker`]'s "Short
+    /// leases on an overloaded queue".
     pub lease: Duration,
     /// Attempts before a job goes to the dead letters (default 8).
     pub max_attempts: u32,
@@ -122,6 +123,25 @@ pub enum Outcome {
 ///
 /// The [`Idempotent`]'s retention should outlast the longest span over
 /// which a job is retried, or a late retry runs the handler afresh.
+///
+/// # Short leases on an overloaded queue
+///
+/// Every claim counts as an attempt, including a claim of a job whose
+/// lease lapsed while its first holder was still at it. On an overloaded
+/// machine — a starved runtime, a queue database slow to answer, a pause
+/// longer than a third of the lease — heartbeats arrive late, the lease
+/// lapses, another worker claims the job and finds the event in flight
+/// under idem's own lease, and the job is put back. Each such round spends
+/// one of [`max_attempts`](WorkerConfig::max_attempts) without the handler
+/// failing at all, and with a short lease and few attempts a healthy event
+/// can end in the dead letters ("gave up after N attempts; last error:
+/// another worker is handling this event"). No effect is repeated or lost
+/// — the handler is still fenced by idem — but a person must requeue it.
+/// So: keep the lease well above the longest pause the worker's host can
+/// suffer (the 60 s default, not the sub-second leases of the tests), size
+/// [`concurrency`](WorkerConfig::concurrency) so that claimed jobs do not
+/// wait for a runtime thread, and allow attempts for the rounds a stall can
+/// cost.
 pub struct Worker {
     queue: Arc<dyn Queue>,
     idem: Idempotent,

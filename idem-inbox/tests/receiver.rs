@@ -1,6 +1,7 @@
-//! The axum receiver over real sockets: verified deliveries are enqueued
-//! once, forgeries are 401 and enqueue nothing, duplicates are 2xx and
-//! enqueue nothing twice.
+//! The receiver over real sockets, under axum and under actix-web alike:
+//! verified deliveries are enqueued once, forgeries are 401 and enqueue
+//! nothing, duplicates are 2xx and enqueue nothing twice. Every case runs
+//! once per framework (the `axum` and `actix` modules at the end).
 
 mod support;
 
@@ -21,12 +22,37 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
-/// Serves `receiver` on a free port; returns its URL.
-async fn serve(receiver: Receiver) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, receiver.router()).await.unwrap() });
-    format!("http://{addr}/")
+/// The framework the receiver is served with.
+#[derive(Debug, Clone, Copy)]
+enum Web {
+    Axum,
+    Actix,
+}
+
+/// Serves `receiver` with `web` on a free port; returns its URL.
+async fn serve(web: Web, receiver: Receiver) -> String {
+    match web {
+        Web::Axum => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, receiver.router()).await.unwrap() });
+            format!("http://{addr}/")
+        }
+        Web::Actix => {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = actix_web::HttpServer::new(move || {
+                actix_web::App::new().service(receiver.clone().actix_resource("/"))
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .unwrap()
+            .run();
+            tokio::spawn(server);
+            format!("http://{addr}/")
+        }
+    }
 }
 
 fn signed(
@@ -51,15 +77,17 @@ async fn pending(queue: &dyn Queue) -> Vec<idem_inbox::queue::Job> {
     queue.claim(1000, Duration::from_secs(60)).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_verified_delivery_is_enqueued_once_and_its_resends_are_2xx_duplicates() {
+async fn a_verified_delivery_is_enqueued_once_and_its_resends_are_2xx_duplicates(web: Web) {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
-    let url = serve(Receiver::new(
-        "acme",
-        StandardWebhooks::new([SECRET]).unwrap(),
-        Arc::clone(&queue),
-    ))
+    let url = serve(
+        web,
+        Receiver::new(
+            "acme",
+            StandardWebhooks::new([SECRET]).unwrap(),
+            Arc::clone(&queue),
+        ),
+    )
     .await;
     let client = reqwest::Client::new();
     let body = r#"{"type":"invoice.paid","amount":1250}"#;
@@ -86,15 +114,17 @@ async fn a_verified_delivery_is_enqueued_once_and_its_resends_are_2xx_duplicates
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forged_stale_and_unsigned_deliveries_are_401_problems_and_enqueue_nothing() {
+async fn forged_stale_and_unsigned_deliveries_are_401_problems_and_enqueue_nothing(web: Web) {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
-    let url = serve(Receiver::new(
-        "acme",
-        StandardWebhooks::new([SECRET]).unwrap(),
-        Arc::clone(&queue),
-    ))
+    let url = serve(
+        web,
+        Receiver::new(
+            "acme",
+            StandardWebhooks::new([SECRET]).unwrap(),
+            Arc::clone(&queue),
+        ),
+    )
     .await;
     let client = reqwest::Client::new();
     let ts = now();
@@ -139,8 +169,7 @@ async fn forged_stale_and_unsigned_deliveries_are_401_problems_and_enqueue_nothi
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn telegram_updates_are_keyed_by_their_update_id() {
+async fn telegram_updates_are_keyed_by_their_update_id(web: Web) {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
     let receiver = Receiver::new(
@@ -149,7 +178,7 @@ async fn telegram_updates_are_keyed_by_their_update_id() {
         Arc::clone(&queue),
     )
     .with_event_id_at("/update_id");
-    let url = serve(receiver).await;
+    let url = serve(web, receiver).await;
     let client = reqwest::Client::new();
     let send = |token: &'static str, body: &'static str| {
         client
@@ -193,14 +222,15 @@ async fn telegram_updates_are_keyed_by_their_update_id() {
     assert_eq!(ids, ["1001", "1002"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stripe_events_are_keyed_by_the_payload_id() {
+async fn stripe_events_are_keyed_by_the_payload_id(web: Web) {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
     let stripe = Stripe::new(["whsec_stripe"]).unwrap();
-    let url =
-        serve(Receiver::new("stripe", stripe.clone(), Arc::clone(&queue)).with_event_id_at("/id"))
-            .await;
+    let url = serve(
+        web,
+        Receiver::new("stripe", stripe.clone(), Arc::clone(&queue)).with_event_id_at("/id"),
+    )
+    .await;
     let body = r#"{"id":"evt_1N","type":"charge.succeeded"}"#;
     let response = reqwest::Client::new()
         .post(&url)
@@ -213,11 +243,11 @@ async fn stripe_events_are_keyed_by_the_payload_id() {
     assert_eq!(pending(&*queue).await[0].event_id, "evt_1N");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oversized_body_is_413_and_enqueues_nothing() {
+async fn an_oversized_body_is_413_and_enqueues_nothing(web: Web) {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
     let url = serve(
+        web,
         Receiver::new(
             "acme",
             StandardWebhooks::new([SECRET]).unwrap(),
@@ -237,16 +267,29 @@ async fn an_oversized_body_is_413_and_enqueues_nothing() {
     .await
     .unwrap();
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        problem,
+        idem_http::Problem::WebhookTooLarge(16).document(),
+        "the 413 is not the catalogue's"
+    );
     assert!(pending(&*queue).await.is_empty());
 }
 
 /// Concurrent resends of one event: every sender gets a 2xx, one job.
-async fn racing_resends_enqueue_one_job(queue: Arc<dyn Queue>) {
-    let url = serve(Receiver::new(
-        "acme",
-        StandardWebhooks::new([SECRET]).unwrap(),
-        Arc::clone(&queue),
-    ))
+async fn racing_resends_enqueue_one_job(web: Web, queue: Arc<dyn Queue>) {
+    let url = serve(
+        web,
+        Receiver::new(
+            "acme",
+            StandardWebhooks::new([SECRET]).unwrap(),
+            Arc::clone(&queue),
+        ),
+    )
     .await;
     let client = reqwest::Client::new();
     let ts = now();
@@ -272,17 +315,37 @@ async fn racing_resends_enqueue_one_job(queue: Arc<dyn Queue>) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_resends_enqueue_one_job_on_sqlite() {
+async fn racing_resends_enqueue_one_job_on_sqlite(web: Web) {
     let (queue, _dir) = support::sqlite_queue().await;
-    racing_resends_enqueue_one_job(Arc::new(queue)).await;
+    racing_resends_enqueue_one_job(web, Arc::new(queue)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_resends_enqueue_one_job_on_postgres() {
+async fn racing_resends_enqueue_one_job_on_postgres(web: Web) {
     let Some(pool) = support::postgres_pool(8).await else {
         return;
     };
     let (queue, _guard) = support::postgres_queue(pool).await;
-    racing_resends_enqueue_one_job(Arc::new(queue)).await;
+    racing_resends_enqueue_one_job(web, Arc::new(queue)).await;
+}
+
+/// Runs every case under one framework.
+macro_rules! cases {
+    ($web:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                super::$case($web).await;
+            }
+        )*
+    };
+}
+
+mod under_axum {
+    use super::Web;
+    cases!(Web::Axum; a_verified_delivery_is_enqueued_once_and_its_resends_are_2xx_duplicates, forged_stale_and_unsigned_deliveries_are_401_problems_and_enqueue_nothing, telegram_updates_are_keyed_by_their_update_id, stripe_events_are_keyed_by_the_payload_id, an_oversized_body_is_413_and_enqueues_nothing, racing_resends_enqueue_one_job_on_sqlite, racing_resends_enqueue_one_job_on_postgres);
+}
+
+mod under_actix {
+    use super::Web;
+    cases!(Web::Actix; a_verified_delivery_is_enqueued_once_and_its_resends_are_2xx_duplicates, forged_stale_and_unsigned_deliveries_are_401_problems_and_enqueue_nothing, telegram_updates_are_keyed_by_their_update_id, stripe_events_are_keyed_by_the_payload_id, an_oversized_body_is_413_and_enqueues_nothing, racing_resends_enqueue_one_job_on_sqlite, racing_resends_enqueue_one_job_on_postgres);
 }

@@ -1,12 +1,23 @@
 //! The receiving end: verify, dedupe, enqueue durably, answer at once.
+//!
+//! [`Receiver::respond`] holds the whole behaviour over `http` types; the
+//! axum router (feature `axum`) and the actix-web service (feature `actix`)
+//! are glue around it, so both frameworks answer byte for byte alike.
 
 use std::fmt;
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use idem_http::Problem;
 
 use crate::queue::{Enqueued, JobId, NewJob, Queue, QueueError};
 use crate::verify::{Verifier, VerifyError};
+
+#[cfg(feature = "actix")]
+mod actix;
+#[cfg(feature = "axum")]
+mod axum;
 
 /// The largest body accepted by default: 1 MiB.
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
@@ -85,37 +96,22 @@ impl Rejection {
         }
     }
 
-    /// The `application/problem+json` body (RFC 9457). A verification
-    /// failure says only that it failed, not why: a forger learns nothing.
+    /// The problem from idem-http's catalogue it answers with. A
+    /// verification failure says only that it failed, not why: a forger
+    /// learns nothing.
+    pub fn to_problem(&self) -> Problem {
+        match self {
+            Rejection::Unverified(_) => Problem::WebhookUnverified,
+            Rejection::TooLarge { limit } => Problem::WebhookTooLarge(*limit),
+            Rejection::NoEventId(why) => Problem::WebhookNoEventId(why),
+            Rejection::Queue(_) => Problem::InboxUnavailable,
+        }
+    }
+
+    /// The `application/problem+json` body (RFC 9457), from idem-http's
+    /// catalogue.
     pub fn problem(&self) -> serde_json::Value {
-        let (slug, title, detail) = match self {
-            Rejection::Unverified(_) => (
-                "webhook-unverified",
-                "Webhook signature invalid",
-                "the delivery could not be verified and was not accepted".to_owned(),
-            ),
-            Rejection::TooLarge { limit } => (
-                "webhook-too-large",
-                "Webhook body too large",
-                format!("the body is larger than {limit} bytes"),
-            ),
-            Rejection::NoEventId(why) => (
-                "webhook-no-event-id",
-                "Webhook event id missing",
-                (*why).to_owned(),
-            ),
-            Rejection::Queue(_) => (
-                "inbox-unavailable",
-                "Inbox unavailable",
-                "the event could not be stored; it is safe to resend".to_owned(),
-            ),
-        };
-        serde_json::json!({
-            "type": format!("tag:idem-rs.github.io,2025:problem/{slug}"),
-            "title": title,
-            "status": self.status().as_u16(),
-            "detail": detail,
-        })
+        self.to_problem().document()
     }
 }
 
@@ -192,46 +188,31 @@ impl Receiver {
         }
     }
 
-    /// An axum router answering `POST /` with this receiver: 202 with
-    /// `{"status":"enqueued"|"duplicate","job":…}`, or a problem.
-    pub fn router(self) -> axum::Router {
-        let receiver = Arc::new(self);
-        axum::Router::new()
-            .route(
-                "/",
-                axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
-                    let receiver = Arc::clone(&receiver);
-                    async move { receiver.answer(&headers, &body).await }
-                }),
-            )
-            .layer(axum::extract::DefaultBodyLimit::disable())
-    }
-
-    async fn answer(&self, headers: &HeaderMap, body: &[u8]) -> axum::response::Response {
-        use axum::response::IntoResponse;
+    /// Receives one delivery and builds the answer, framework-free: 202
+    /// with `{"status":"enqueued"|"duplicate","job":…}`, or a problem from
+    /// idem-http's catalogue. The axum and actix-web glue only move the
+    /// headers and bytes in and this response out.
+    pub async fn respond(&self, headers: &HeaderMap, body: &[u8]) -> Response<Bytes> {
         match self.receive(headers, body).await {
             Ok(received) => {
                 let (status, id) = match &received {
                     Received::Enqueued(id) => ("enqueued", id),
                     Received::Duplicate(id) => ("duplicate", id),
                 };
-                (
-                    StatusCode::ACCEPTED,
-                    axum::Json(serde_json::json!({ "status": status, "job": id.as_str() })),
-                )
-                    .into_response()
+                let json = serde_json::json!({ "status": status, "job": id.as_str() });
+                let mut response = Response::new(Bytes::from(json.to_string()));
+                *response.status_mut() = StatusCode::ACCEPTED;
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
             }
             Err(rejection) => {
                 if let Rejection::Queue(e) = &rejection {
                     tracing::error!(source = %self.source, error = %e, "enqueueing a webhook failed");
                 }
-                let mut response =
-                    (rejection.status(), rejection.problem().to_string()).into_response();
-                response.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/problem+json"),
-                );
-                response
+                rejection.to_problem().into_response()
             }
         }
     }
