@@ -203,6 +203,7 @@ mod machine;
 mod memory;
 mod record;
 mod store;
+mod tx;
 
 pub use effects::Started;
 pub use error::{Error, When};
@@ -213,6 +214,7 @@ pub use lease::{Begin, Lease, Ran, Replay};
 pub use memory::MemoryStore;
 pub use record::{NewRecord, ParseError, Record, State, Token};
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
+pub use tx::{StoreTx, TxFuture};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
