@@ -148,6 +148,7 @@ pub mod fuzzing;
 mod row;
 mod store;
 mod table;
+mod tx;
 
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
@@ -156,6 +157,7 @@ pub mod raw;
 pub use sqlx;
 pub use store::MySqlStore;
 pub use table::DEFAULT_TABLE;
+pub use tx::TxFuture;
 
 /// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
 pub(crate) const BACKEND: &str = "mysql";
