@@ -17,9 +17,11 @@ pub(crate) async fn open_book(spec: &StoreSpec) -> Result<Option<ChargeBook>, Ex
 /// temporary SQLite file.
 pub(crate) async fn storm(spec: Option<StoreSpec>, kills: usize, config: &StormConfig) -> ExitCode {
     let (spec, _dir) = match spec {
-        Some(spec @ (StoreSpec::Sqlite(_) | StoreSpec::Postgres(_))) => (spec, None),
+        Some(spec @ (StoreSpec::Sqlite(_) | StoreSpec::Postgres(_) | StoreSpec::MySql(_))) => {
+            (spec, None)
+        }
         Some(other) => {
-            eprintln!("storm: --chaos needs a store that survives a restart (sqlite: or postgres://), not {other}");
+            eprintln!("storm: --chaos needs a store that survives a restart (sqlite:, postgres:// or mysql://), not {other}");
             return ExitCode::from(2);
         }
         None => match tempfile::tempdir() {
