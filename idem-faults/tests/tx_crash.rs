@@ -435,7 +435,7 @@ async fn mysql_a_connection_killed_during_commit_never_duplicates() {
 /// (a stale commit), and the rows the key holds.
 enum Sql {
     Postgres(PostgresStore),
-    MySql(MySqlStore),
+    Maria(MySqlStore),
     Sqlite(SqliteStore),
 }
 
@@ -458,7 +458,7 @@ impl Sql {
                 tx.commit().await.unwrap();
                 Ok(())
             }
-            Sql::MySql(store) => {
+            Sql::Maria(store) => {
                 let mut tx = store.pool().begin().await.unwrap();
                 sqlx::query(&format!(
                     "INSERT INTO {charges} (`key`, nonce) VALUES (?, ?)"
@@ -631,7 +631,7 @@ async fn mysql_stale_owners_racing_takers_over_never_commit() {
         }
     };
     races(
-        Arc::new(Sql::MySql(store.clone())),
+        Arc::new(Sql::Maria(store.clone())),
         idem,
         charges.clone(),
         rows,

@@ -30,7 +30,7 @@ fn die() -> ! {
 #[derive(Clone)]
 enum Sql {
     Postgres(PostgresStore),
-    MySql(MySqlStore),
+    Maria(MySqlStore),
     Sqlite(SqliteStore),
 }
 
@@ -68,7 +68,7 @@ fn main() {
                     .await
                     .and_then(|s| s.with_table(table))
                     .expect("the store opens");
-                Sql::MySql(store)
+                Sql::Maria(store)
             }
             Backend::Redis { .. } => {
                 eprintln!("tx-worker: {backend:?} has no transactional completion yet");
@@ -77,7 +77,7 @@ fn main() {
         };
         let store: Arc<dyn idem_core::Store> = match &sql {
             Sql::Postgres(store) => Arc::new(store.clone()),
-            Sql::MySql(store) => Arc::new(store.clone()),
+            Sql::Maria(store) => Arc::new(store.clone()),
             Sql::Sqlite(store) => Arc::new(store.clone()),
         };
         let idem = Idempotent::from_arc(store).with_lease(Duration::from_millis(lease));
@@ -126,7 +126,7 @@ async fn run(idem: &Idempotent, sql: &Sql, point: &str, key: &str, charges: &str
             at("after-complete");
             tx.commit().await.expect("the commit");
         }
-        Sql::MySql(store) => {
+        Sql::Maria(store) => {
             let mut tx = store.pool().begin().await.expect("a transaction");
             at("before-write");
             sqlx::query(&format!(
