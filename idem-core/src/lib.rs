@@ -207,6 +207,7 @@ mod purger;
 mod record;
 pub mod steps;
 mod store;
+mod tx;
 mod wake;
 
 pub use effects::Started;
@@ -225,6 +226,7 @@ pub use steps::{
     DEFAULT_MAX_TAKEOVERS,
 };
 pub use store::{Insert, Store, StoreError, StoreErrorKind};
+pub use tx::{StoreTx, TxFuture};
 pub use wake::{Wakeups, Watch};
 
 /// The README's examples, compiled and run as doctests.

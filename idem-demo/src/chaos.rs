@@ -96,7 +96,7 @@ impl Drop for Server {
 /// row.
 ///
 /// Only stores that keep their data across a restart make sense: a SQLite
-/// file or a PostgreSQL database.
+/// file, a PostgreSQL or a MariaDB database.
 pub async fn storm_with_chaos(
     exe: PathBuf,
     spec: &StoreSpec,

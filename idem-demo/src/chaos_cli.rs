@@ -17,11 +17,16 @@ pub(crate) async fn open_book(spec: &StoreSpec) -> Result<Option<ChargeBook>, Ex
 /// temporary SQLite file.
 pub(crate) async fn storm(spec: Option<StoreSpec>, kills: usize, config: &StormConfig) -> ExitCode {
     let (spec, _dir) = match spec {
-        Some(spec) if matches!(spec.kind(), StoreKind::Sqlite | StoreKind::Postgres) => {
+        Some(spec)
+            if matches!(
+                spec.kind(),
+                StoreKind::Sqlite | StoreKind::Postgres | StoreKind::MySql
+            ) =>
+        {
             (spec, None)
         }
         Some(other) => {
-            eprintln!("storm: --chaos needs a store that survives a restart (sqlite: or postgres://), not {other}");
+            eprintln!("storm: --chaos needs a store that survives a restart (sqlite:, postgres:// or mysql://), not {other}");
             return ExitCode::from(2);
         }
         None => match tempfile::tempdir() {

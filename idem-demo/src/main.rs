@@ -52,7 +52,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_GATEWAY_LATENCY.as_millis() as u64)]
     latency_ms: u64,
     /// How long a killed server's keys stay blocked, in milliseconds
-    /// (SQLite and PostgreSQL, where charges live in the store's database).
+    /// (SQLite, PostgreSQL and MariaDB, where charges live in the store's database).
     #[arg(long, default_value_t = 60_000)]
     lease_ms: u64,
 }
@@ -86,7 +86,7 @@ struct StormArgs {
     quiet: bool,
     /// Run the server as a child process and kill it with SIGKILL this many
     /// times during the storm, restarting it each time, then check the
-    /// ledger it persisted (SQLite or PostgreSQL stores).
+    /// ledger it persisted (SQLite, PostgreSQL or MariaDB stores).
     #[arg(long, conflicts_with = "url")]
     chaos: Option<usize>,
 }

@@ -1,6 +1,6 @@
 //! Charges kept in the store's own database, written in the same
-//! transaction as the idempotency record: the payments API on SQLite and
-//! PostgreSQL.
+//! transaction as the idempotency record: the payments API on SQLite,
+//! PostgreSQL and MariaDB.
 //!
 //! A charge and the outcome recorded for its key commit together
 //! (`execute_in_tx`), so a server killed at any moment leaves both or
@@ -23,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use idem_core::{Error, Idempotent, Store, StoreError};
+use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_sqlite::SqliteStore;
 
@@ -45,6 +46,8 @@ pub enum ChargeBook {
     },
     /// The PostgreSQL database of the store.
     Postgres(PostgresStore),
+    /// The MariaDB database of the store.
+    MySql(MySqlStore),
 }
 
 impl ChargeBook {
@@ -78,6 +81,22 @@ impl ChargeBook {
                 .map(drop)
                 .map_err(|e| StoreError::backend("postgres", e))
             }
+            ChargeBook::MySql(store) => {
+                // One `CREATE TABLE IF NOT EXISTS`: MariaDB serializes it
+                // on the table's metadata lock, so servers starting at once
+                // do not race. InnoDB, so the charge rolls back with its
+                // transaction.
+                sqlx::raw_sql(&format!(
+                    "CREATE TABLE IF NOT EXISTS {CHARGES} (seq BIGINT AUTO_INCREMENT PRIMARY KEY, \
+                     id VARCHAR(64) NOT NULL, idempotency_key VARCHAR(1024) NOT NULL, \
+                     amount BIGINT NOT NULL, currency VARCHAR(16) NOT NULL, \
+                     created_at VARCHAR(64) NOT NULL) ENGINE = InnoDB"
+                ))
+                .execute(store.pool())
+                .await
+                .map(drop)
+                .map_err(|e| StoreError::backend("mysql", e))
+            }
         }
     }
 
@@ -86,6 +105,7 @@ impl ChargeBook {
         match self {
             ChargeBook::Sqlite { store, .. } => Arc::new(store.clone()),
             ChargeBook::Postgres(store) => Arc::new(store.clone()),
+            ChargeBook::MySql(store) => Arc::new(store.clone()),
         }
     }
 
@@ -115,22 +135,18 @@ impl ChargeBook {
                 .await
             }
             ChargeBook::Postgres(store) => {
-                let rows: Vec<(String, String, i64, String, String)> = sqlx::query_as(&select)
+                let rows: Vec<Row> = sqlx::query_as(&select)
                     .fetch_all(store.pool())
                     .await
                     .map_err(|e| StoreError::backend("postgres", e))?;
-                Ok(rows
-                    .into_iter()
-                    .map(
-                        |(id, idempotency_key, amount, currency, created_at)| Charge {
-                            id,
-                            idempotency_key,
-                            amount,
-                            currency,
-                            created_at,
-                        },
-                    )
-                    .collect())
+                Ok(rows.into_iter().map(charge_of).collect())
+            }
+            ChargeBook::MySql(store) => {
+                let rows: Vec<Row> = sqlx::query_as(&select)
+                    .fetch_all(store.pool())
+                    .await
+                    .map_err(|e| StoreError::backend("mysql", e))?;
+                Ok(rows.into_iter().map(charge_of).collect())
             }
         }
     }
@@ -192,10 +208,48 @@ impl ChargeBook {
                     })
                     .await
             }
+            ChargeBook::MySql(store) => {
+                // MariaDB's placeholders are `?`.
+                let insert = format!(
+                    "INSERT INTO {CHARGES} (id, idempotency_key, amount, currency, created_at) \
+                     VALUES (?, ?, ?, ?, ?)"
+                );
+                store
+                    .execute_in_tx(idem, key, payment, move |tx| {
+                        Box::pin(async move {
+                            tokio::time::sleep(latency).await;
+                            sqlx::query(&insert)
+                                .bind(&charge.id)
+                                .bind(&charge.idempotency_key)
+                                .bind(charge.amount)
+                                .bind(&charge.currency)
+                                .bind(&charge.created_at)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            Ok(charge)
+                        })
+                    })
+                    .await
+            }
         }?;
         // A replay returns the charge an earlier request made.
         let replayed = charged.id != made_here;
         Ok((charged, replayed))
+    }
+}
+
+/// A charge row as the SQL servers return it: id, key, amount, currency,
+/// time.
+type Row = (String, String, i64, String, String);
+
+fn charge_of((id, idempotency_key, amount, currency, created_at): Row) -> Charge {
+    Charge {
+        id,
+        idempotency_key,
+        amount,
+        currency,
+        created_at,
     }
 }
 
@@ -322,7 +376,7 @@ async fn list_payments(State(state): State<BookState>) -> Response {
 impl StoreSpec {
     /// The charge book in this store's database, migrated, for the stores
     /// that can write a charge in the same transaction as its record
-    /// (SQLite and PostgreSQL); `None` for the others.
+    /// (SQLite, PostgreSQL and MariaDB); `None` for the others.
     pub async fn open_book(&self) -> Result<Option<ChargeBook>, StoreError> {
         let book = match (self.kind(), self.path()) {
             (StoreKind::Sqlite, Some(path)) => ChargeBook::Sqlite {
@@ -333,6 +387,11 @@ impl StoreSpec {
                 let store = PostgresStore::connect(self.location()).await?;
                 store.migrate().await?;
                 ChargeBook::Postgres(store)
+            }
+            StoreSpec::MySql(url) => {
+                let store = MySqlStore::connect(url).await?;
+                store.migrate().await?;
+                ChargeBook::MySql(store)
             }
             _ => return Ok(None),
         };

@@ -87,6 +87,36 @@ fn a_storm_over_postgres_survives_kill_9_with_every_payment_charged_once() {
     );
 }
 
+#[test]
+fn a_storm_over_mariadb_survives_kill_9_with_every_payment_charged_once() {
+    let url = std::env::var("IDEM_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned());
+    if std::net::TcpStream::connect(("127.0.0.1", 3306)).is_err()
+        && std::env::var("IDEM_MYSQL_URL").is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{url} unreachable and CI is set"
+        );
+        eprintln!("skipping: {url} is not reachable");
+        return;
+    }
+    let (passed, stdout) = chaos(Some(&url));
+    assert!(passed, "{stdout}");
+    assert!(
+        stdout.contains("charged twice                      0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("missing                            0"),
+        "{stdout}"
+    );
+    assert!(
+        killed(&stdout) >= 1,
+        "the server was never killed\n{stdout}"
+    );
+}
+
 /// Regression guard for the in-memory ledger: a stopped and restarted
 /// server lists the charges it made before, and a retry replays one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
 //! Exactly-once effects under kill -9: transactional completion on
-//! PostgreSQL and SQLite.
+//! PostgreSQL, MariaDB and SQLite.
 //!
 //! Each trial runs a `tx-worker` process on a key of its own and kills it
 //! with SIGKILL at one of five points: before the claim, inside the work
@@ -11,6 +11,9 @@
 //! while the work, the completion or the commit runs, and a stale owner
 //! racing a taker-over in generated interleavings.
 //!
+//! MariaDB gets the same kill trials and races, and its own cut: `KILL`
+//! of the transaction's connection.
+//!
 //! Trial counts: `IDEM_TX_KILLS` kills per store (default 25, five per
 //! point), `IDEM_TX_CUTS` terminated connections (default 40),
 //! `IDEM_TX_INTERLEAVINGS` races per store (default 200).
@@ -21,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Begin, Error, Fingerprint, Idempotent, Lease};
-use idem_faults::{postgres_url, unique_name, Backend};
+use idem_faults::{mysql_url, postgres_url, unique_name, Backend};
+use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_sqlite::{Settle, SqliteStore};
 use idem_testing::StoreKind;
@@ -166,6 +170,47 @@ async fn pg_rows(store: &PostgresStore, charges: &str) -> HashMap<String, Vec<St
     by_key
 }
 
+async fn my_fixture(url: &str) -> (MySqlStore, String, String) {
+    let table = unique_name("tx_records");
+    let charges = unique_name("tx_charges");
+    let store = MySqlStore::connect(url)
+        .await
+        .unwrap()
+        .with_table(&table)
+        .unwrap();
+    store.migrate().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {charges} (`key` VARCHAR(64) NOT NULL, nonce VARCHAR(64) NOT NULL) \
+         ENGINE = InnoDB"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    (store, table, charges)
+}
+
+async fn my_drop(store: &MySqlStore, table: &str, charges: &str) {
+    for name in [table, charges] {
+        sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {name}"))
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+}
+
+async fn my_rows(store: &MySqlStore, charges: &str) -> HashMap<String, Vec<String>> {
+    let rows: Vec<(String, String)> =
+        sqlx::query_as(&format!("SELECT `key`, nonce FROM {charges}"))
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    let mut by_key: HashMap<String, Vec<String>> = HashMap::new();
+    for (key, nonce) in rows {
+        by_key.entry(key).or_default().push(nonce);
+    }
+    by_key
+}
+
 fn sqlite_rows(path: &std::path::Path, charges: &str) -> HashMap<String, Vec<String>> {
     let conn = rusqlite::Connection::open(path).unwrap();
     let mut statement = conn
@@ -191,6 +236,18 @@ async fn postgres_kill_9_at_every_point_loses_and_duplicates_no_business_row() {
     let backend = Backend::new(StoreKind::Postgres, url, table.clone());
     kill_trials(backend, &charges, || pg_rows(&store, &charges)).await;
     pg_drop(&store, &table, &charges).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_kill_9_at_every_point_loses_and_duplicates_no_business_row() {
+    let Some(url) = mysql_url() else { return };
+    let (store, table, charges) = my_fixture(&url).await;
+    let backend = Backend::MySql {
+        url,
+        table: table.clone(),
+    };
+    kill_trials(backend, &charges, || my_rows(&store, &charges)).await;
+    my_drop(&store, &table, &charges).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,12 +351,89 @@ async fn a_connection_cut_during_commit_never_duplicates() {
     assert_eq!(rows.len(), cuts);
 }
 
+/// A connection killed (`KILL`) at a random moment while the work, the
+/// fenced completion or the COMMIT runs on MariaDB: the call fails or
+/// succeeds, retries settle the key, and it never holds two rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_a_connection_killed_during_commit_never_duplicates() {
+    let Some(url) = mysql_url() else { return };
+    let (store, table, charges) = my_fixture(&url).await;
+    let idem = Idempotent::new(store.clone()).with_lease(Duration::from_millis(150));
+    let cuts = count("IDEM_TX_CUTS", 40);
+    let insert = format!("INSERT INTO {charges} (`key`, nonce) VALUES (?, ?)");
+    let (mut failed, mut acked) = (0, HashMap::new());
+    for i in 0..cuts {
+        let key = format!("cut{i}");
+        let delay = rand::rng().random_range(0..3000);
+        let (pool, sql, key_row) = (store.pool().clone(), insert.clone(), key.clone());
+        let first: Result<String, Error<sqlx::Error>> = store
+            .execute_in_tx(&idem, &key, &key, move |tx| {
+                Box::pin(async move {
+                    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_micros(delay)).await;
+                        let _ = sqlx::raw_sql(&format!("KILL {id}")).execute(&pool).await;
+                    });
+                    let nonce = format!("{:016x}", rand::random::<u64>());
+                    sqlx::query(&sql)
+                        .bind(&key_row)
+                        .bind(&nonce)
+                        .execute(&mut *tx)
+                        .await?;
+                    Ok(nonce)
+                })
+            })
+            .await;
+        if first.is_err() {
+            failed += 1;
+        }
+        // Retry (without a kill) until the key is settled, as a client would.
+        let value = loop {
+            let (sql, key_row) = (insert.clone(), key.clone());
+            let again: Result<String, Error<sqlx::Error>> = store
+                .execute_in_tx(&idem, &key, &key, move |tx| {
+                    Box::pin(async move {
+                        let nonce = format!("{:016x}", rand::random::<u64>());
+                        sqlx::query(&sql)
+                            .bind(&key_row)
+                            .bind(&nonce)
+                            .execute(&mut *tx)
+                            .await?;
+                        Ok(nonce)
+                    })
+                })
+                .await;
+            match again {
+                Ok(value) => break value,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        if let Ok(told) = &first {
+            assert_eq!(told, &value, "a told outcome changed");
+        }
+        acked.insert(key, value);
+    }
+    let rows = my_rows(&store, &charges).await;
+    let doubled = rows.values().filter(|nonces| nonces.len() > 1).count();
+    let wrong = acked
+        .iter()
+        .filter(|(key, value)| rows.get(*key) != Some(&vec![(*value).clone()]))
+        .count();
+    println!("mysql: {cuts} connections killed, {failed} first calls failed; duplicated {doubled}, not the row {wrong}");
+    my_drop(&store, &table, &charges).await;
+    assert_eq!((doubled, wrong), (0, 0));
+    assert_eq!(rows.len(), cuts);
+}
+
 /// One generated race: a stale owner (its lease lapsed) completes in its
 /// transaction while a taker-over claims the key, each after a random
 /// pause. Returns whether the stale owner's commit landed after a takeover
 /// (a stale commit), and the rows the key holds.
 enum Sql {
     Postgres(PostgresStore),
+    Maria(MySqlStore),
     Sqlite(SqliteStore),
 }
 
@@ -312,6 +446,20 @@ impl Sql {
                 let mut tx = store.pool().begin().await.unwrap();
                 sqlx::query(&format!(
                     "INSERT INTO {charges} (key, nonce) VALUES ($1, $2)"
+                ))
+                .bind(&key)
+                .bind(owner)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+                store.complete_in(&mut tx, lease, owner.as_bytes()).await?;
+                tx.commit().await.unwrap();
+                Ok(())
+            }
+            Sql::Maria(store) => {
+                let mut tx = store.pool().begin().await.unwrap();
+                sqlx::query(&format!(
+                    "INSERT INTO {charges} (`key`, nonce) VALUES (?, ?)"
                 ))
                 .bind(&key)
                 .bind(owner)
@@ -460,6 +608,34 @@ async fn postgres_stale_owners_racing_takers_over_never_commit() {
     )
     .await;
     pg_drop(&store, &table, &charges).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_stale_owners_racing_takers_over_never_commit() {
+    let Some(url) = mysql_url() else { return };
+    let (store, table, charges) = my_fixture(&url).await;
+    let idem = Idempotent::new(store.clone()).with_lease(Duration::from_millis(5));
+    let rows = {
+        let (store, charges) = (store.clone(), charges.clone());
+        move || {
+            let (store, charges) = (store.clone(), charges.clone());
+            std::thread::spawn(move || {
+                tokio::runtime::Runtime::new()
+                    .unwrap()
+                    .block_on(my_rows(&store, &charges))
+            })
+            .join()
+            .unwrap()
+        }
+    };
+    races(
+        Arc::new(Sql::Maria(store.clone())),
+        idem,
+        charges.clone(),
+        rows,
+    )
+    .await;
+    my_drop(&store, &table, &charges).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -133,6 +133,33 @@
 //! # }
 //! ```
 //!
+//! # Exactly-once effects: transactional completion
+//!
+//! When the work's effect is a write to the same MariaDB server,
+//! [`execute_in_tx`](MySqlStore::execute_in_tx) runs the work inside a
+//! transaction and records its outcome with a token-fenced `UPDATE` **in
+//! that transaction**: one commit makes the business rows and the outcome
+//! durable together, so a crash leaves both or neither, and a stale owner
+//! (its lease taken over) gets `LeaseLost` while its transaction rolls
+//! back. The claim still commits on its own first, and the heartbeat renews
+//! through a second pool connection.
+//! [`execute_in_tx_remembering`](MySqlStore::execute_in_tx_remembering)
+//! records chosen work errors as remembered failures in the same
+//! transaction. [`complete_in`](MySqlStore::complete_in) and
+//! [`fail_in`](MySqlStore::fail_in) are the step for a transaction the
+//! caller manages. The policy is idem-core's, shared with the other SQL
+//! stores ([`StoreTx`](idem_core::StoreTx)).
+//!
+//! Where this store differs from PostgreSQL's: InnoDB ends a transaction
+//! on its own when it picks it as a deadlock victim, and sqlx does not
+//! notice, so the fenced update also requires `@@in_transaction = 1`:
+//! it never records an outcome in autocommit apart from the business
+//! writes (a refusal is a config error that says so). Business tables must
+//! be InnoDB; a MyISAM or Aria write commits on its own. Costs: the claim,
+//! `BEGIN`, the work's statements, the fenced update and `COMMIT` — the
+//! statements the raw protocol needs for the same job (counted by the
+//! server in this crate's tests).
+//!
 //! # Failures
 //!
 //! A lost connection (server restart, `KILL`) fails the operation in
@@ -149,6 +176,7 @@ pub mod fuzzing;
 mod inspect;
 mod schema;
 mod store;
+mod tx;
 
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
@@ -157,6 +185,7 @@ pub mod raw;
 pub use schema::DEFAULT_TABLE;
 pub use sqlx;
 pub use store::MySqlStore;
+pub use tx::TxFuture;
 
 /// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
 pub(crate) const BACKEND: &str = "mysql";

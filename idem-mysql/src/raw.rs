@@ -76,3 +76,30 @@ pub async fn complete(
         .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// The token-conditioned complete statement of `store` on `tx`, which the
+/// caller holds inside its own transaction: the raw form of
+/// [`MySqlStore::complete_in`], without its `@@in_transaction` fence.
+/// Returns whether it matched.
+pub async fn complete_in(
+    tx: &mut sqlx::MySqlConnection,
+    store: &MySqlStore,
+    key: &str,
+    token: &[u8; 16],
+    fingerprint: &[u8; 32],
+    payload: &[u8],
+    retention: Duration,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(&store.statements().swap)
+        .bind(&token[..])
+        .bind(&fingerprint[..])
+        .bind(1_u8)
+        .bind(payload)
+        .bind(None::<i64>)
+        .bind(micros(retention))
+        .bind(key)
+        .bind(&token[..])
+        .execute(&mut *tx)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}

@@ -53,6 +53,8 @@ pub(crate) struct Statements {
     pub(crate) swap: String,
     /// As `swap`.
     pub(crate) take_over: String,
+    /// As `swap`; the fenced write inside the caller's transaction.
+    pub(crate) complete_in: String,
     /// key, expected token.
     pub(crate) remove: String,
     /// key.
@@ -96,6 +98,7 @@ impl Statements {
         );
         let owned_live_in_flight =
             format!("`key` = ? AND token = ? AND state = 0 AND retain_until > {NOW}");
+        let swap = format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}");
         Statements {
             // One statement, so one atomic step for the data dictionary:
             // concurrent runs of it from many processes serialize on the
@@ -130,7 +133,8 @@ impl Statements {
                  ON DUPLICATE KEY UPDATE {set_on_conflict} \
                  RETURNING {columns}"
             ),
-            swap: format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}"),
+            complete_in: crate::tx::fenced_completion(&swap),
+            swap,
             take_over: format!(
                 "UPDATE {t} SET {set_new} WHERE {owned_live_in_flight} \
                  AND (lease_until IS NULL OR lease_until <= {NOW})"

@@ -131,7 +131,6 @@ impl MySqlStore {
         self.sql.name.display()
     }
 
-    #[cfg(feature = "raw-protocol")]
     pub(crate) fn statements(&self) -> &Statements {
         &self.sql
     }

@@ -97,7 +97,11 @@
 //! The claim still commits on its own first, and the heartbeat renews
 //! through a second pool connection. [`complete_in`](PostgresStore::complete_in)
 //! and [`fail_in`](PostgresStore::fail_in) are the same step for a
-//! transaction the caller manages. Costs: the claim, `BEGIN`, the work's
+//! transaction the caller manages, and
+//! [`execute_in_tx_remembering`](PostgresStore::execute_in_tx_remembering)
+//! records chosen work errors as remembered failures in the work's
+//! transaction. The policy lives in idem-core
+//! ([`StoreTx`](idem_core::StoreTx)), shared with the other SQL stores. Costs: the claim, `BEGIN`, the work's
 //! statements, the fenced update and `COMMIT`: the round trips the raw
 //! protocol needs for the same job.
 //!

@@ -7,7 +7,7 @@ use std::time::Duration;
 use idem_core::Wakeups;
 use sqlx::postgres::{PgListener, PgPool};
 
-use crate::table::TableName;
+use crate::schema::TableName;
 
 /// The notification channel of a table: `idem:` and the table's name, or
 /// `idem:` and a hash of it when that would pass PostgreSQL's 63-byte limit

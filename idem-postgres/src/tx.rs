@@ -2,22 +2,20 @@
 //! inside the transaction that holds the work's own writes.
 
 use std::future::Future;
-use std::pin::Pin;
 
-use idem_core::{Error, Idempotent, Lease, Started, State, StoreError, When};
+use idem_core::{Error, Idempotent, Lease, State, StoreError, StoreTx, When};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sqlx::postgres::PgConnection;
-use sqlx::{Connection, Row};
+use sqlx::postgres::{PgConnection, Postgres};
+use sqlx::{Connection, Row, Transaction};
 
 use crate::error::error;
 use crate::store::bind_record;
 use crate::{PostgresStore, BACKEND};
 
-/// The future a transactional work closure returns: boxed, because it
-/// borrows the transaction's connection (the shape of sqlx's own
-/// `Connection::transaction`). Write `|tx| Box::pin(async move { … })`.
-pub type TxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
+/// The future a transactional work closure returns (defined in idem-core,
+/// shared by every SQL store): write `|tx| Box::pin(async move { … })`.
+pub use idem_core::TxFuture;
 
 /// The fenced completion, built from the store's swap statement: the same
 /// update, answered with the count of rows it changed and the database it
@@ -195,70 +193,79 @@ impl PostgresStore {
         E: Send,
         F: for<'c> FnOnce(&'c mut PgConnection) -> TxFuture<'c, Result<T, E>> + Send,
     {
-        let lease = match idem.begin_json(key, body).await? {
-            Started::Run(lease) => lease,
-            Started::Replayed(value) => return Ok(value),
-        };
-        let mut tx = match self.pool().begin().await {
-            Ok(tx) => tx,
-            Err(e) => {
-                // Nothing ran: give the key back for the retry.
-                let _ = lease.release().await;
-                return Err(Error::Store {
-                    source: error(e),
-                    when: When::BeforeWork,
-                });
-            }
-        };
-        let ran = lease.run(work(&mut tx)).await;
-        let value = match ran.output {
-            Ok(value) if !ran.lease_lost => value,
-            Ok(_) => {
-                let _ = tx.rollback().await;
-                return Err(Error::LeaseLost);
-            }
-            Err(work_error) => {
-                let _ = tx.rollback().await;
-                if let Err(settle) = lease.release().await {
-                    // The work's own error is what the caller must see; the
-                    // key stays claimed until its lease lapses.
-                    tracing::warn!(key = %lease.key(), error = %settle,
-                        "could not release the key after the work failed");
-                }
-                return Err(Error::Work(work_error));
-            }
-        };
-        let payload = match serde_json::to_vec(&value) {
-            Ok(payload) => payload,
-            Err(encode) => {
-                // The transaction rolls back, so nothing happened: the key
-                // can go back.
-                let _ = tx.rollback().await;
-                let _ = lease.release().await;
-                return Err(Error::Encode(encode));
-            }
-        };
-        if let Err(settle) = self
-            .settle_in(&mut tx, &lease, State::Completed, &payload)
+        idem.execute_in_store_tx(key, body, || self.open_tx(), work)
             .await
-        {
-            let _ = tx.rollback().await;
-            return Err(settle.into_work_error());
-        }
-        match tx.commit().await {
-            Ok(()) => Ok(value),
-            Err(e) => {
-                // A commit cut off may still have happened. The release is
-                // fenced on the in-flight state, so it frees the key only
-                // if the outcome (and with it every business write) did not
-                // land; otherwise it changes nothing and a retry replays.
-                let _ = lease.release().await;
-                Err(Error::Store {
-                    source: error(e),
-                    when: When::AfterWork,
-                })
-            }
-        }
+    }
+
+    /// Like [`execute_in_tx`](PostgresStore::execute_in_tx), but a work
+    /// error for which `remember` returns `true` is recorded as a
+    /// remembered failure **in the work's transaction** (with
+    /// [`fail_in`](PostgresStore::fail_in)), and every retry gets it back
+    /// as [`Error::Work`] without running — what
+    /// [`Idempotent::execute_remembering`] does outside transactions. Use
+    /// it for final answers such as "card declined".
+    ///
+    /// The work's writes made before it returned the remembered error
+    /// commit with the failure (an audit row of the decline, say); undo
+    /// them yourself, in a savepoint, if they must not stay. An error the
+    /// work got from a failed statement has aborted the PostgreSQL
+    /// transaction, so it cannot be recorded: then, as for any error
+    /// `remember` refuses, the writes roll back, the key is released and
+    /// the caller gets [`Error::Work`].
+    pub async fn execute_in_tx_remembering<B, T, E, R, F>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        body: &B,
+        remember: R,
+        work: F,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send,
+        E: Serialize + DeserializeOwned + Send,
+        R: FnOnce(&E) -> bool + Send,
+        F: for<'c> FnOnce(&'c mut PgConnection) -> TxFuture<'c, Result<T, E>> + Send,
+    {
+        idem.execute_in_store_tx_remembering(key, body, remember, || self.open_tx(), work)
+            .await
+    }
+
+    async fn open_tx(&self) -> Result<PgTx<'_>, StoreError> {
+        let tx = self.pool().begin().await.map_err(error)?;
+        Ok(PgTx { store: self, tx })
+    }
+}
+
+/// A transaction on the store's pool, as the shared driver in idem-core
+/// runs it.
+struct PgTx<'s> {
+    store: &'s PostgresStore,
+    tx: Transaction<'static, Postgres>,
+}
+
+impl StoreTx for PgTx<'_> {
+    type Conn = PgConnection;
+
+    fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    fn settle<'a>(
+        &'a mut self,
+        lease: &'a Lease,
+        state: State,
+        payload: &'a [u8],
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'a {
+        self.store.settle_in(&mut self.tx, lease, state, payload)
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await.map_err(error)
+    }
+
+    async fn rollback(self) {
+        let _ = self.tx.rollback().await;
     }
 }
 

@@ -44,7 +44,9 @@
 //! end the transaction: SQLite's authorizer refuses `COMMIT`, `ROLLBACK`
 //! and releasing the savepoint inside it. [`SqliteStore::settle_in_tx`] is
 //! the low-level step for a [`Lease`](idem_core::Lease) from
-//! `Idempotent::begin`.
+//! `Idempotent::begin`. [`SqliteStore::execute_in_tx_remembering`] records
+//! chosen work errors as remembered failures in the same savepoint, with
+//! the rows the work wrote before failing.
 #![forbid(unsafe_code)]
 
 mod error;

@@ -318,6 +318,68 @@ impl SqliteStore {
             Started::Run(lease) => lease,
             Started::Replayed(value) => return Ok(value),
         };
+        self.run_in_tx(lease, work, |_| None).await
+    }
+
+    /// Like [`execute_in_tx`](SqliteStore::execute_in_tx), but a work error
+    /// for which `remember` returns `true` is recorded as a remembered
+    /// failure in the work's savepoint ([`Settle::Fail`]): the work's
+    /// writes made before it returned the error commit with the failure,
+    /// and every retry gets the error back as [`Error::Work`] without
+    /// running — what [`Idempotent::execute_remembering`] does outside
+    /// transactions. Any other error undoes the writes and releases the
+    /// key. `remember` runs on the writer thread with the work.
+    ///
+    /// ```
+    /// use idem_core::{Error, Idempotent};
+    /// use idem_sqlite::SqliteStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = SqliteStore::open_in_memory().await?;
+    /// let idem = Idempotent::new(store.clone());
+    /// let decline = |_: &rusqlite::Connection| Err::<u32, _>("card declined".to_owned());
+    /// for _ in 0..2 {
+    ///     let answer = store
+    ///         .execute_in_tx_remembering(&idem, "order-7f3a", &1250, |_: &String| true, decline)
+    ///         .await;
+    ///     assert!(matches!(answer, Err(Error::Work(e)) if e == "card declined"));
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn execute_in_tx_remembering<B, T, E, R, F>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        body: &B,
+        remember: R,
+        work: F,
+    ) -> Result<T, Error<E>>
+    where
+        B: Serialize + Sync + ?Sized,
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Serialize + DeserializeOwned + Send + 'static,
+        R: FnOnce(&E) -> bool + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let lease = match idem.begin_json_remembering(key, body).await? {
+            Started::Run(lease) => lease,
+            Started::Replayed(value) => return Ok(value),
+        };
+        self.run_in_tx(lease, work, move |error| {
+            remember(error).then(|| serde_json::to_vec(error))
+        })
+        .await
+    }
+
+    async fn run_in_tx<T, E, F, R>(&self, lease: Lease, work: F, remember: R) -> Result<T, Error<E>>
+    where
+        T: Serialize + Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        R: FnOnce(&E) -> Option<serde_json::Result<Vec<u8>>> + Send + 'static,
+    {
         let produced = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&produced);
         let settled = self
@@ -327,7 +389,12 @@ impl SqliteStore {
                         Ok(payload) => (Settle::Complete(payload), Produced::Value(value)),
                         Err(encode) => (Settle::Release, Produced::Encode(encode)),
                     },
-                    Ok(Err(error)) => (Settle::Release, Produced::Work(error)),
+                    Ok(Err(error)) => match remember(&error) {
+                        Some(Ok(payload)) => (Settle::Fail(payload), Produced::Work(error)),
+                        // A failure that cannot be encoded cannot be
+                        // remembered: the key goes back, as for any other.
+                        Some(Err(_)) | None => (Settle::Release, Produced::Work(error)),
+                    },
                     Err(panic) => (Settle::Abandon, Produced::Panic(panic)),
                 };
                 if let Ok(mut slot) = slot.lock() {
@@ -343,6 +410,13 @@ impl SqliteStore {
             (Ok(()), Some(Produced::Encode(error))) => Err(Error::Encode(error)),
             (_, Some(Produced::Panic(panic))) => panic::resume_unwind(panic),
             (Err(Error::LeaseLost), Some(Produced::Work(error))) => Err(Error::Work(error)),
+            (Err(_), Some(Produced::Work(error))) => {
+                // A remembered failure that did not commit: nothing of the
+                // attempt landed, so the key goes back; the work's own
+                // error is what the caller must see.
+                let _ = lease.release().await;
+                Err(Error::Work(error))
+            }
             (Err(error), _) => {
                 // The transaction did not commit (or the lease was lost):
                 // nothing of the work landed. The release is fenced on the

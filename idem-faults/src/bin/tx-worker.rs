@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use idem_core::{Error, Idempotent, Started};
 use idem_faults::Backend;
+use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_sqlite::{Settle, SqliteStore};
 use idem_testing::StoreKind;
@@ -30,6 +31,7 @@ fn die() -> ! {
 #[derive(Clone)]
 enum Sql {
     Postgres(PostgresStore),
+    Maria(MySqlStore),
     Sqlite(SqliteStore),
 }
 
@@ -64,6 +66,13 @@ fn main() {
                     .await
                     .expect("the store opens"),
             ),
+            StoreKind::MySql => {
+                let store = MySqlStore::connect(backend.location())
+                    .await
+                    .and_then(|s| s.with_table(backend.scope()))
+                    .expect("the store opens");
+                Sql::Maria(store)
+            }
             _ => {
                 eprintln!("tx-worker: {backend:?} has no transactional completion yet");
                 std::process::exit(2);
@@ -71,6 +80,7 @@ fn main() {
         };
         let store: Arc<dyn idem_core::Store> = match &sql {
             Sql::Postgres(store) => Arc::new(store.clone()),
+            Sql::Maria(store) => Arc::new(store.clone()),
             Sql::Sqlite(store) => Arc::new(store.clone()),
         };
         let idem = Idempotent::from_arc(store).with_lease(Duration::from_millis(lease));
@@ -106,6 +116,24 @@ async fn run(idem: &Idempotent, sql: &Sql, point: &str, key: &str, charges: &str
             at("before-write");
             sqlx::query(&format!(
                 "INSERT INTO {charges} (key, nonce) VALUES ($1, $2)"
+            ))
+            .bind(key)
+            .bind(&nonce)
+            .execute(&mut *tx)
+            .await
+            .expect("the business write");
+            at("after-write");
+            if let Err(error) = store.complete_in(&mut tx, &lease, &payload).await {
+                return println!("error {key} {error}");
+            }
+            at("after-complete");
+            tx.commit().await.expect("the commit");
+        }
+        Sql::Maria(store) => {
+            let mut tx = store.pool().begin().await.expect("a transaction");
+            at("before-write");
+            sqlx::query(&format!(
+                "INSERT INTO {charges} (`key`, nonce) VALUES (?, ?)"
             ))
             .bind(key)
             .bind(&nonce)

@@ -10,6 +10,7 @@ mod names_and_rows;
 mod pools_and_faults;
 mod races;
 mod round_trips;
+mod tx;
 
 use std::time::Duration;
 

@@ -355,3 +355,67 @@ async fn the_heartbeat_keeps_the_lease_while_the_transaction_is_open() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(f.rows().await, 1);
 }
+
+/// A remembered failure commits with the work's writes, in its
+/// transaction, and every retry gets it back without running; other errors
+/// still roll back and release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_failure_commits_with_its_writes_and_replays_without_running() {
+    let Some(f) = fixture(Duration::from_secs(60)).await else {
+        return;
+    };
+    let runs = Arc::new(AtomicUsize::new(0));
+    let attempt = |key: &'static str, amount: i64| {
+        let (sql, runs) = (
+            format!("INSERT INTO {} (key, amount) VALUES ($1, $2)", f.charges),
+            Arc::clone(&runs),
+        );
+        let f = &f;
+        async move {
+            f.store
+                .execute_in_tx_remembering(
+                    &f.idem,
+                    key,
+                    &amount,
+                    |e: &String| e.starts_with("declined"),
+                    move |tx| {
+                        Box::pin(async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            sqlx::query(&sql)
+                                .bind(key)
+                                .bind(amount)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            match amount {
+                                a if a > 100 => Err(format!("declined: {a}")),
+                                a if a < 0 => Err("bad amount".to_owned()),
+                                a => Ok(a),
+                            }
+                        })
+                    },
+                )
+                .await
+        }
+    };
+    for _ in 0..3 {
+        let declined = attempt("big", 500).await;
+        assert!(
+            matches!(&declined, Err(Error::Work(e)) if e == "declined: 500"),
+            "{declined:?}"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(f.state("big").await, Some(State::Failed));
+    assert_eq!(f.rows().await, 1, "the audit row commits with the failure");
+
+    let bad = attempt("neg", -1).await;
+    assert!(matches!(&bad, Err(Error::Work(e)) if e == "bad amount"));
+    assert_eq!(f.state("neg").await, None);
+    assert_eq!(f.rows().await, 1);
+
+    assert_eq!(attempt("ok", 5).await.unwrap(), 5);
+    assert_eq!(attempt("ok", 5).await.unwrap(), 5);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!(f.rows().await, 2);
+}

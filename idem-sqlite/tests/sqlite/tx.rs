@@ -299,3 +299,55 @@ async fn a_reopened_file_keeps_rows_and_outcomes() {
     assert_eq!(replayed, id);
     drop(dir);
 }
+
+/// A remembered failure commits with the work's rows, in its savepoint, and
+/// every retry gets it back without running; other errors still release.
+#[tokio::test]
+async fn a_remembered_failure_commits_with_its_rows_and_replays_without_running() {
+    let f = fixture(Duration::from_secs(60)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let attempt = |key: &'static str, amount: i64| {
+        let runs = Arc::clone(&runs);
+        let f = &f;
+        async move {
+            f.store
+                .execute_in_tx_remembering(
+                    &f.idem,
+                    key,
+                    &amount,
+                    |e: &String| e.starts_with("declined"),
+                    move |conn: &Connection| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        conn.execute("INSERT INTO charges VALUES (?1, ?2)", (key, amount))
+                            .map_err(|e| e.to_string())?;
+                        match amount {
+                            a if a > 100 => Err(format!("declined: {a}")),
+                            a if a < 0 => Err("bad amount".to_owned()),
+                            a => Ok(a),
+                        }
+                    },
+                )
+                .await
+        }
+    };
+    for _ in 0..3 {
+        let declined = attempt("big", 500).await;
+        assert!(
+            matches!(&declined, Err(Error::Work(e)) if e == "declined: 500"),
+            "{declined:?}"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(f.state("big").await, Some(State::Failed));
+    assert_eq!(f.rows().await, vec!["big".to_owned()]);
+
+    let bad = attempt("neg", -1).await;
+    assert!(matches!(&bad, Err(Error::Work(e)) if e == "bad amount"));
+    assert_eq!(f.state("neg").await, None);
+    assert_eq!(f.rows().await, vec!["big".to_owned()]);
+
+    assert_eq!(attempt("ok", 5).await.unwrap(), 5);
+    assert_eq!(attempt("ok", 5).await.unwrap(), 5);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!(f.rows().await, vec!["big".to_owned(), "ok".to_owned()]);
+}
