@@ -46,7 +46,7 @@ async fn opened(kind: StoreKind) -> Option<Opened> {
         other => panic!("the command does not open {other:?}"),
     };
     let store = kind
-        .open(&url, &name)
+        .open(&url, Some(&name))
         .await
         .unwrap_or_else(|e| panic!("{kind:?} at {url}: {e}"));
     let url = match kind {

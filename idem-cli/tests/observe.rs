@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use idem_core::{
     key_hash, spawn_purger, Begin, Error, Fingerprint, Idempotent, Inspect, KeyInTraces, Store,
 };
-use idem_testing::{unique_name, StoreKind};
+use idem_testing::{unique_name, StoreKind, TestStore};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::json;
 use tracing::span;

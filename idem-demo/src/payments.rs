@@ -388,8 +388,8 @@ impl StoreSpec {
                 store.migrate().await?;
                 ChargeBook::Postgres(store)
             }
-            StoreSpec::MySql(url) => {
-                let store = MySqlStore::connect(url).await?;
+            (StoreKind::MySql, _) => {
+                let store = MySqlStore::connect(self.location()).await?;
                 store.migrate().await?;
                 ChargeBook::MySql(store)
             }

@@ -25,6 +25,7 @@ use std::time::Duration;
 use idem_faults::{postgres_url, unique_name, Backend};
 use idem_postgres::PostgresStore;
 use idem_sqlite::SqliteStore;
+use idem_testing::StoreKind;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const POINTS: [&str; 8] = [
@@ -253,10 +254,7 @@ async fn postgres_steps_killed_at_every_point_run_each_effect_once() {
     let dir = tempfile::tempdir().unwrap();
     let (api, counts) = serve_api().await;
     let setup = Setup {
-        backend: Backend::Postgres {
-            url,
-            table: table.clone(),
-        },
+        backend: Backend::new(StoreKind::Postgres, url, table.clone()),
         charges: charges.clone(),
         api,
         plain: dir.path().join("plain.log").display().to_string(),
@@ -313,7 +311,7 @@ async fn sqlite_steps_killed_at_every_point_run_each_effect_once() {
         .unwrap();
     let (api, counts) = serve_api().await;
     let setup = Setup {
-        backend: Backend::Sqlite(path.clone()),
+        backend: Backend::sqlite(&path),
         charges: "charges".to_owned(),
         api,
         plain: dir.path().join("plain.log").display().to_string(),

@@ -242,10 +242,7 @@ async fn postgres_kill_9_at_every_point_loses_and_duplicates_no_business_row() {
 async fn mysql_kill_9_at_every_point_loses_and_duplicates_no_business_row() {
     let Some(url) = mysql_url() else { return };
     let (store, table, charges) = my_fixture(&url).await;
-    let backend = Backend::MySql {
-        url,
-        table: table.clone(),
-    };
+    let backend = Backend::new(StoreKind::MySql, url, table.clone());
     kill_trials(backend, &charges, || my_rows(&store, &charges)).await;
     my_drop(&store, &table, &charges).await;
 }

@@ -82,6 +82,8 @@ impl Server {
             (Server::Redis, _) => Cleanup::redis_prefix(url, &format!("{name}:")),
             (Server::Postgres, _) => Cleanup::postgres(url, drop_table),
             (Server::MySql, _) => Cleanup::mysql(url, drop_table),
+            // Brokers hold no idem records.
+            (Server::Nats | Server::Amqp, _) => Cleanup::none(),
         }
     }
 }

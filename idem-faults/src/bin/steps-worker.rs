@@ -21,6 +21,7 @@ use idem_core::{Error, Idempotent};
 use idem_faults::Backend;
 use idem_postgres::PostgresStore;
 use idem_sqlite::SqliteStore;
+use idem_testing::StoreKind;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 fn die() -> ! {
@@ -82,17 +83,19 @@ fn main() {
         .build()
         .expect("a runtime");
     runtime.block_on(async move {
-        let sql = match &backend {
-            Backend::Postgres { url, table } => Sql::Postgres(
-                PostgresStore::connect(url)
+        let sql = match backend.kind() {
+            StoreKind::Postgres => Sql::Postgres(
+                PostgresStore::connect(backend.location())
                     .await
-                    .and_then(|s| s.with_table(table))
+                    .and_then(|s| s.with_table(backend.scope()))
                     .expect("the store opens"),
             ),
-            Backend::Sqlite(path) => {
-                Sql::Sqlite(SqliteStore::open(path).await.expect("the store opens"))
-            }
-            Backend::Redis { .. } | Backend::MySql { .. } => {
+            StoreKind::Sqlite => Sql::Sqlite(
+                SqliteStore::open(backend.location())
+                    .await
+                    .expect("the store opens"),
+            ),
+            _ => {
                 eprintln!("steps-worker: {backend:?} has no transactional steps yet");
                 std::process::exit(2);
             }

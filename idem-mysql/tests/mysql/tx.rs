@@ -17,7 +17,7 @@ struct Fixture {
     store: MySqlStore,
     idem: Idempotent,
     charges: String,
-    _guards: (DropGuard, DropGuard),
+    _guards: (idem_testing::Cleanup, idem_testing::Cleanup),
 }
 
 async fn fixture(lease: Duration) -> Option<Fixture> {
