@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod connection;
+mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

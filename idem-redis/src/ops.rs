@@ -7,22 +7,15 @@
 //! script each.
 
 use async_trait::async_trait;
-use redis::{Cmd, Pipeline, RedisError, Value};
+use redis::{Cmd, Pipeline, Value};
 
 use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token};
 
-use crate::connection::{command, is_wrong_type, Script};
-use crate::record::{self, Encoded, BACKEND};
+use crate::connection::{command, Script};
+use crate::error::{failed, unexpected};
+use crate::record::{self, Encoded};
 use crate::scripts::SCRIPTS;
 use crate::RedisStore;
-
-fn failed(key: &[u8], error: RedisError) -> StoreError {
-    if is_wrong_type(&error) {
-        record::wrong_type(key, error)
-    } else {
-        StoreError::backend(BACKEND, error)
-    }
-}
 
 impl RedisStore {
     /// Runs `first` and then `PTTL` on `key` in one transaction and decodes
@@ -81,28 +74,11 @@ impl RedisStore {
         match reply {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
-            Value::BulkString(value) => Err(record::refused(key, value)),
+            Value::BulkString(value) => Err(crate::error::refused(key, value)),
             other => Err(unexpected(other)),
         }
     }
 }
-
-fn unexpected(reply: Value) -> StoreError {
-    StoreError::backend(BACKEND, UnexpectedReply(format!("{reply:?}")))
-}
-
-/// The server answered something the store never asks for: another script
-/// under the same name, or a mangled reply.
-#[derive(Debug)]
-struct UnexpectedReply(String);
-
-impl std::fmt::Display for UnexpectedReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "unexpected reply {}", self.0)
-    }
-}
-
-impl std::error::Error for UnexpectedReply {}
 
 #[async_trait]
 impl Store for RedisStore {

@@ -28,12 +28,12 @@
 //! `lua/` read the same layout; the two change together, with a new
 //! version.
 
-use std::error::Error as StdError;
-use std::fmt;
 use std::io::Write;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, NewRecord, ParseError, Record, State, StoreError, Token};
+use idem_core::{Fingerprint, NewRecord, Record, State, StoreError, Token};
+
+use crate::error::{CorruptRecord, Problem};
 use redis::{RedisWrite, ToRedisArgs};
 
 pub(crate) const BACKEND: &str = "redis";
@@ -186,23 +186,6 @@ pub(crate) fn decode(key: &[u8], value: Vec<u8>, pttl: i64) -> Result<Record, St
     })
 }
 
-/// The error for a value the scripts refused to touch.
-pub(crate) fn refused(key: &[u8], value: Vec<u8>) -> StoreError {
-    match decode(key, value, 1) {
-        Err(error) => error,
-        // The scripts and this decoder disagree: still refuse, loudly.
-        Ok(_) => StoreError::corrupt(BACKEND, CorruptRecord::new(key, Problem::Refused)),
-    }
-}
-
-/// The error for a key that holds another Redis type than a string.
-pub(crate) fn wrong_type(key: &[u8], source: redis::RedisError) -> StoreError {
-    StoreError::corrupt(
-        BACKEND,
-        CorruptRecord::new(key, Problem::WrongType(source.to_string())),
-    )
-}
-
 fn non_negative(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
@@ -215,55 +198,6 @@ fn retention(pttl: i64) -> Duration {
         ms => non_negative(ms).max(Duration::from_millis(1)),
     }
 }
-
-/// The value under a key is not a record this build can read.
-#[derive(Debug)]
-pub(crate) struct CorruptRecord {
-    key: String,
-    problem: Problem,
-}
-
-impl CorruptRecord {
-    fn new(key: &[u8], problem: Problem) -> CorruptRecord {
-        CorruptRecord {
-            key: String::from_utf8_lossy(key).into_owned(),
-            problem,
-        }
-    }
-}
-
-#[derive(Debug)]
-enum Problem {
-    Truncated { len: usize, need: usize },
-    Version(u8),
-    State(u8),
-    Parse(ParseError),
-    Refused,
-    WrongType(String),
-}
-
-impl fmt::Display for CorruptRecord {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the value under Redis key {:?} ", self.key)?;
-        match &self.problem {
-            Problem::Truncated { len, need } => write!(
-                f,
-                "is {len} bytes long, shorter than the {need} bytes of a record header"
-            ),
-            Problem::Version(v) => write!(
-                f,
-                "has record layout version {v}; this build reads versions {VERSION} and {VERSION_SCHEMED}"
-            ),
-            Problem::Parse(e) => write!(f, "is not a record: {e}"),
-            Problem::State(s) => write!(f, "has unknown state byte {s}"),
-            Problem::Refused => write!(f, "was refused by the store's script as not a record"),
-            Problem::WrongType(e) => write!(f, "is not a Redis string ({e})"),
-        }?;
-        write!(f, "; it was left untouched")
-    }
-}
-
-impl StdError for CorruptRecord {}
 
 #[cfg(test)]
 mod tests {
