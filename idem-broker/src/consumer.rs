@@ -109,7 +109,25 @@ pub enum Outcome {
     Abandoned,
 }
 
-/// Counts of what a consumer did, by [`Outcome`].
+impl Outcome {
+    /// The outcome's name, as the `outcome` label of the
+    /// `idem_broker_deliveries_total` counter: `handled`, `replayed`,
+    /// `retried`, `dead_lettered` or `abandoned`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Handled => "handled",
+            Outcome::Replayed => "replayed",
+            Outcome::Retried => "retried",
+            Outcome::DeadLettered => "dead_lettered",
+            Outcome::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// Counts of what a consumer did, by [`Outcome`]. The same counts go to
+/// the `metrics` facade as `idem_broker_deliveries_total{store, namespace,
+/// outcome}` (never labelled by message id), for whatever exporter the
+/// application installs.
 #[derive(Debug, Default)]
 pub struct Stats {
     handled: AtomicU64,
@@ -288,6 +306,13 @@ impl Consumer {
     ) -> Outcome {
         let outcome = self.decide(&*delivery, handler, heartbeat).await;
         self.stats.count(outcome);
+        metrics::counter!(
+            "idem_broker_deliveries_total",
+            "store" => self.idem.store_name().to_owned(),
+            "namespace" => self.idem.namespace().to_owned(),
+            "outcome" => outcome.name(),
+        )
+        .increment(1);
         outcome
     }
 

@@ -49,6 +49,7 @@ pub mod backoff;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod handler;
+mod metrics;
 pub mod queue;
 pub mod ratelimit;
 pub mod verify;

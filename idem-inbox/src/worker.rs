@@ -212,10 +212,12 @@ impl Worker {
                 }
                 continue;
             }
+            crate::metrics::claimed(jobs.len());
             for job in jobs {
                 let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
                     // Cannot happen: no more than `free` jobs were claimed.
                     let _ = self.queue.release(&job).await;
+                    crate::metrics::finished();
                     continue;
                 };
                 let ctx = JobContext {
@@ -248,6 +250,7 @@ impl Worker {
     /// the queue step by step.
     pub async fn run_once(&self, max: usize) -> Result<Vec<Outcome>, QueueError> {
         let jobs = self.queue.claim(max, self.config.lease).await?;
+        crate::metrics::claimed(jobs.len());
         let (_stop_tx, stop_rx) = watch::channel(false);
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -309,7 +312,19 @@ enum Verdict {
 }
 
 impl JobContext {
-    async fn process(mut self, job: Job) -> Result<Outcome, QueueError> {
+    /// Handles one claimed job to its settlement, and counts it.
+    async fn process(self, job: Job) -> Result<Outcome, QueueError> {
+        let started = std::time::Instant::now();
+        let source = job.source.clone();
+        let outcome = self.run_and_settle(job).await;
+        if let Ok(settled) = &outcome {
+            crate::metrics::settled(&source, *settled, started.elapsed());
+        }
+        crate::metrics::finished();
+        outcome
+    }
+
+    async fn run_and_settle(mut self, job: Job) -> Result<Outcome, QueueError> {
         if job.attempts > self.config.max_attempts {
             // Claimed once too often: earlier holders crashed or stalled
             // past their lease without settling.

@@ -153,6 +153,16 @@ impl Receiver {
 
     /// Verifies, dedupes and enqueues one delivery.
     pub async fn receive(&self, headers: &HeaderMap, body: &[u8]) -> Result<Received, Rejection> {
+        let received = self.verify_and_enqueue(headers, body).await;
+        crate::metrics::received(&self.source, &received);
+        received
+    }
+
+    async fn verify_and_enqueue(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Received, Rejection> {
         if body.len() > self.max_body {
             return Err(Rejection::TooLarge {
                 limit: self.max_body,
