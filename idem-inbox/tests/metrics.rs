@@ -19,11 +19,11 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 /// Every counter increment recorded so far, as (name, labels, increment).
 /// A snapshot drains the recorder, so each is kept here and every reader
 /// (tests run in parallel) filters by its own labels.
-fn counters() -> Vec<(String, Vec<(String, String)>, u64)> {
-    static RECORDER: OnceLock<(
-        Snapshotter,
-        Mutex<Vec<(String, Vec<(String, String)>, u64)>>,
-    )> = OnceLock::new();
+/// One counter increment: name, labels, amount.
+type Increment = (String, Vec<(String, String)>, u64);
+
+fn counters() -> Vec<Increment> {
+    static RECORDER: OnceLock<(Snapshotter, Mutex<Vec<Increment>>)> = OnceLock::new();
     let (snapshotter, kept) = RECORDER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
