@@ -13,6 +13,9 @@
 //! * `idem_inbox_job_seconds{source}`: a job's time from claim to settle.
 //! * `idem_inbox_jobs_running`: the jobs a worker holds now (its share of
 //!   the queue's depth in flight); `idem_inbox_claimed_total`: jobs claimed.
+//! * `idem_inbox_queue_depth`: jobs not yet done or dead, from
+//!   [`Queue::depth`](crate::queue::Queue::depth), read by a running worker
+//!   at most once a second (and by every `run_once`).
 
 use std::time::Duration;
 
@@ -61,4 +64,14 @@ pub(crate) fn claimed(jobs: usize) {
 
 pub(crate) fn finished() {
     metrics::gauge!("idem_inbox_jobs_running").decrement(1.0);
+}
+
+/// Reads the queue's depth into its gauge; a queue that cannot count, or a
+/// failed count, leaves the gauge as it was.
+pub(crate) async fn queue_depth(queue: &dyn crate::queue::Queue) {
+    match queue.depth().await {
+        Ok(Some(depth)) => metrics::gauge!("idem_inbox_queue_depth").set(depth as f64),
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, "counting the queue's depth failed"),
+    }
 }

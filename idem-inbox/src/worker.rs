@@ -185,8 +185,13 @@ impl Worker {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut depth_read: Option<std::time::Instant> = None;
         loop {
             while tasks.try_join_next().is_some() {}
+            if depth_read.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                crate::metrics::queue_depth(&*self.queue).await;
+                depth_read = Some(std::time::Instant::now());
+            }
             let free = permits.available_permits();
             let claimed = if free == 0 {
                 Ok(Vec::new())
@@ -249,6 +254,7 @@ impl Worker {
     /// settle; returns what became of each. For tests and tools that drive
     /// the queue step by step.
     pub async fn run_once(&self, max: usize) -> Result<Vec<Outcome>, QueueError> {
+        crate::metrics::queue_depth(&*self.queue).await;
         let jobs = self.queue.claim(max, self.config.lease).await?;
         crate::metrics::claimed(jobs.len());
         let (_stop_tx, stop_rx) = watch::channel(false);

@@ -165,3 +165,31 @@ async fn the_worker_counts_each_job_by_how_it_ended() {
     assert_eq!(counts.get("dead_lettered"), Some(&1), "{counts:?}");
     assert_eq!(counts.len(), 3, "{counts:?}");
 }
+
+#[tokio::test]
+async fn each_queue_counts_its_depth() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let mut queues: Vec<Arc<dyn Queue>> = vec![Arc::new(queue)];
+    let mut _guard = None;
+    if let Some(pool) = support::postgres_pool(4).await {
+        let (queue, guard) = support::postgres_queue(pool).await;
+        queues.push(Arc::new(queue));
+        _guard = Some(guard);
+    }
+    for queue in queues {
+        let before = queue.depth().await.unwrap().unwrap();
+        for id in ["evt-d1", "evt-d2", "evt-d3"] {
+            let source = format!("depth-{}", std::process::id());
+            queue
+                .enqueue(idem_inbox::queue::NewJob::new(source, id, b"{}".to_vec()))
+                .await
+                .unwrap();
+        }
+        assert_eq!(queue.depth().await.unwrap(), Some(before + 3), "{queue:?}");
+        let claimed = queue.claim(1, Duration::from_secs(5)).await.unwrap();
+        // A running job still counts; a done one no longer does.
+        assert_eq!(queue.depth().await.unwrap(), Some(before + 3), "{queue:?}");
+        assert!(queue.complete(&claimed[0]).await.unwrap().is_applied());
+        assert_eq!(queue.depth().await.unwrap(), Some(before + 2), "{queue:?}");
+    }
+}

@@ -100,6 +100,14 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Deletes up to `limit` completed jobs past their retention; returns
     /// how many.
     async fn purge_expired(&self, limit: usize) -> Result<u64, QueueError>;
+
+    /// The queue's depth: jobs not yet done or dead (pending, due or not,
+    /// and running), or `None` for a queue that cannot count them cheaply.
+    /// Workers export it as the `idem_inbox_queue_depth` gauge. The
+    /// default is `None`, so queues written before it still compile.
+    async fn depth(&self) -> Result<Option<u64>, QueueError> {
+        Ok(None)
+    }
 }
 
 /// A job to enqueue.

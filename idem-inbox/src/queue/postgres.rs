@@ -47,6 +47,7 @@ struct Sql {
     inspect: String,
     requeue: String,
     purge: String,
+    depth: String,
 }
 
 const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, last_error, token";
@@ -145,6 +146,7 @@ impl Sql {
                      SELECT id FROM {t} WHERE state = 'done' AND dedupe_until <= now()
                      LIMIT $1 FOR UPDATE SKIP LOCKED)"
             ),
+            depth: format!("SELECT count(*) FROM {t} WHERE state IN ('pending', 'running')"),
         }
     }
 }
@@ -383,5 +385,13 @@ impl Queue for PostgresQueue {
             .await
             .map_err(backend)?;
         Ok(done.rows_affected())
+    }
+
+    async fn depth(&self) -> Result<Option<u64>, QueueError> {
+        let depth: i64 = sqlx::query_scalar(&self.sql.depth)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(Some(u64::try_from(depth).unwrap_or(0)))
     }
 }

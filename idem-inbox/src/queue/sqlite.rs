@@ -381,4 +381,17 @@ impl Queue for SqliteQueue {
             .await?;
         Ok(deleted as u64)
     }
+
+    async fn depth(&self) -> Result<Option<u64>, QueueError> {
+        let depth: i64 = self
+            .run(|conn| {
+                conn.query_row(
+                    "SELECT count(*) FROM inbox_jobs WHERE state IN ('pending', 'running')",
+                    [],
+                    |row| row.get(0),
+                )
+            })
+            .await?;
+        Ok(Some(u64::try_from(depth).unwrap_or(0)))
+    }
 }
