@@ -208,7 +208,10 @@ async fn operation(
                     .create(true)
                     .open(&trial.plain)
                     .map_err(|e| e.to_string())?;
-                writeln!(file, "{key}").map_err(|e| e.to_string())?;
+                // One write per line: four workers append to this file at
+                // once, and `writeln!` may split a line into two writes.
+                file.write_all(format!("{key}\n").as_bytes())
+                    .map_err(|e| e.to_string())?;
                 trial.at("inside-plain");
                 Ok(1)
             }
