@@ -212,7 +212,7 @@ pub(crate) async fn run(
             },
             "postgres" => match idem_postgres::PostgresStore::connect(postgres_url).await {
                 Ok(store) => {
-                    let store = store.with_table(&table)?;
+                    let store = store.with_table(&table)?.with_notifications(true);
                     store.migrate().await?;
                     let pool = store.pool().clone();
                     rows.extend(measure("postgres", Arc::new(store), tag, trials).await?);

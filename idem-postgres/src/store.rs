@@ -44,22 +44,24 @@ use crate::schema::{Statements, TableName};
 ///
 /// # Waking waiters
 ///
-/// Recording an outcome or releasing a key also `NOTIFY`s the key on the
+/// Off by default. With
+/// [`with_notifications(true)`](PostgresStore::with_notifications),
+/// recording an outcome or releasing a key also `NOTIFY`s the key on the
 /// table's channel ([`notify_channel`](PostgresStore::notify_channel)), in
 /// the same statement (in the caller's transaction for
 /// [`complete_in`](PostgresStore::complete_in)), so it is sent when the
-/// change commits. The first waiter
+/// change commits, and the first waiter
 /// ([`Idempotent::with_wait`](idem_core::Idempotent::with_wait)) starts one
 /// listener connection, taken from the pool and kept, shared by every
 /// waiter of the store and its clones; it reconnects when lost, and
-/// waiters poll meanwhile. Two costs to weigh, which is why
-/// [`with_notifications(false)`](PostgresStore::with_notifications) turns
-/// it all off (waiters then poll): a transaction that notified takes a
-/// database-wide lock at commit, which serializes the commits of
-/// completions (see `BENCHMARKS.md` for the measured cost), and `LISTEN`
-/// does not work through a transaction-pooling proxy such as PgBouncer in
-/// transaction mode — there, notifications simply never arrive and
-/// waiters poll.
+/// waiters poll meanwhile. It is off by default because a transaction that
+/// notified takes a database-wide lock at commit, which serializes the
+/// commits of all completions: in the release bench, first executions at
+/// 32 callers fell to 0.28–0.42× the raw protocol with it on, against
+/// about 1.0× without (see `BENCHMARKS.md`). Turn it on where callers wait
+/// often and completions are few; leave it off behind a transaction-pooling
+/// proxy such as PgBouncer in transaction mode, where `LISTEN` receives
+/// nothing. Off, waiters poll (5 ms doubling to 250 ms).
 #[derive(Clone)]
 pub struct PostgresStore {
     pub(crate) pool: PgPool,
@@ -104,7 +106,7 @@ impl PostgresStore {
     pub fn from_pool(pool: PgPool) -> PostgresStore {
         PostgresStore {
             pool,
-            sql: Arc::new(Statements::new(TableName::default(), true)),
+            sql: Arc::new(Statements::new(TableName::default(), false)),
             listener: Arc::default(),
         }
     }
@@ -124,10 +126,10 @@ impl PostgresStore {
         })
     }
 
-    /// Turns waking waiters by `LISTEN`/`NOTIFY` on (the default) or off.
+    /// Turns waking waiters by `LISTEN`/`NOTIFY` on or off (the default;
+    /// see [waking waiters](PostgresStore#waking-waiters) for the cost).
     /// Off, no statement notifies and no listener connection is made:
-    /// waiters poll. Turn it off behind a transaction-pooling proxy, or
-    /// where the commit lock `NOTIFY` takes costs more than polling.
+    /// waiters poll.
     pub fn with_notifications(self, on: bool) -> PostgresStore {
         PostgresStore {
             pool: self.pool,

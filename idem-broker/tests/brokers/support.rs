@@ -558,6 +558,11 @@ impl Fixture {
             stop.notify_one();
             run.await.unwrap().unwrap();
             if self.kind == Kind::Amqp {
+                // The stopped consumer's connection closes in the
+                // background, and RabbitMQ hands the deliveries it still
+                // held back to the queue only then: count after that, or a
+                // prefetched duplicate shows up after the drain returned.
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 finished = done(&self.effects().await) && self.unsettled().await == 0;
             }
             if finished {

@@ -32,6 +32,7 @@ async fn a_waiter_is_woken_by_notify() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
+    let store = store.with_notifications(true);
     waiting::a_waiter_is_woken_by_the_store(Arc::new(store), "woken").await;
 }
 
@@ -40,6 +41,7 @@ async fn no_wake_up_is_lost_in_races_between_completion_and_listening() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
+    let store = store.with_notifications(true);
     let trials = std::env::var("IDEM_WAIT_RACES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -53,6 +55,7 @@ async fn a_killed_listener_costs_only_latency_and_comes_back() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
+    let store = store.with_notifications(true);
     let killer = store.clone();
     waiting::a_lost_wake_up_costs_only_latency(Arc::new(store), "lost", || async move {
         kill_listener(&killer).await;
@@ -65,6 +68,7 @@ async fn a_transactional_completion_wakes_waiters_at_commit() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
+    let store = store.with_notifications(true);
     let counting = CountingStore::new(Arc::new(store.clone()));
     waiting::connected_wakeups(&counting).await;
     let idem = Idempotent::new(counting.clone()).with_wait_polling(NO_POLLING, NO_POLLING);
@@ -94,7 +98,9 @@ async fn without_notifications_no_listener_is_started_and_waiters_poll() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let store = store.with_notifications(false);
+    // Off is the default, and turning it off again keeps it off.
+    assert_eq!(store.notify_channel(), None);
+    let store = store.with_notifications(true).with_notifications(false);
     assert_eq!(store.notify_channel(), None);
     assert!(store.wakeups().is_none());
     let idem = Idempotent::new(store.clone()).with_wait(WAIT);
