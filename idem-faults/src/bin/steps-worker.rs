@@ -5,7 +5,7 @@
 //! a file) — and may kill itself with SIGKILL at one chosen point.
 //!
 //! Usage: `steps-worker POINT KEYS LEASE_MS CHARGES API_ADDR PLAIN_FILE
-//! BACKEND...`. POINT is `none` or one of [`POINTS`]: every step boundary
+//! BACKEND...`. POINT is `none` or one of the test's `POINTS`: every step boundary
 //! and inside every step (after its effect, before its record). The fake
 //! API speaks one line each way: `DERIVED_KEY OP_KEY NONCE` in, the nonce
 //! it kept for that derived key out. The worker prints
