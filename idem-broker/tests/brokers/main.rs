@@ -6,10 +6,55 @@ mod child;
 mod delivery;
 mod support;
 
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use idem_broker::{Consumer, ConsumerConfig, HandlerError, Message, Outcome};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use support::{Fixture, Kind};
+
+/// Every counter increment recorded so far, as (name, labels, increment).
+/// A snapshot drains the recorder, so each is kept here and every reader
+/// (tests run in parallel) filters by its own labels.
+/// One counter increment: name, labels, amount.
+type Increment = (String, Vec<(String, String)>, u64);
+
+fn counters() -> Vec<Increment> {
+    static RECORDER: OnceLock<(Snapshotter, Mutex<Vec<Increment>>)> = OnceLock::new();
+    let (snapshotter, kept) = RECORDER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this test binary");
+        (snapshotter, Mutex::new(Vec::new()))
+    });
+    let mut kept = kept.lock().unwrap();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        if let DebugValue::Counter(n) = value {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            kept.push((key.key().name().to_owned(), labels, n));
+        }
+    }
+    kept.clone()
+}
+
+/// `idem_broker_deliveries_total` with this namespace and outcome.
+fn delivered(namespace: &str, outcome: Outcome) -> u64 {
+    counters()
+        .into_iter()
+        .filter(|(name, labels, _)| {
+            name == "idem_broker_deliveries_total"
+                && labels.contains(&("namespace".to_owned(), namespace.to_owned()))
+                && labels.contains(&("outcome".to_owned(), outcome.name().to_owned()))
+        })
+        .map(|(.., n)| n)
+        .sum()
+}
 
 const KINDS: [Kind; 3] = [Kind::Nats, Kind::Amqp, Kind::Streams];
 
@@ -90,7 +135,13 @@ async fn poison_messages_are_dead_lettered(kind: Kind) {
             }
         }
     };
-    let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
+    counters();
+    let namespace = format!("poison-{kind:?}-{}", std::process::id());
+    let idem = fixture
+        .idem(Duration::from_secs(5))
+        .await
+        .with_namespace(namespace.as_str());
+    let consumer = Consumer::new(idem).with_config(quick());
     fixture
         .drain(&consumer, handler, Duration::from_secs(30), |e| {
             e.len() == 2
@@ -109,6 +160,10 @@ async fn poison_messages_are_dead_lettered(kind: Kind) {
     assert_eq!(consumer.stats().of(Outcome::DeadLettered), 2, "{kind:?}");
     // The flaky one was handed back three times before the fourth failed.
     assert_eq!(consumer.stats().of(Outcome::Retried), 3, "{kind:?}");
+    // The metrics facade counted the dead letters and hand-backs under this
+    // consumer's namespace.
+    assert_eq!(delivered(&namespace, Outcome::Retried), 3, "{kind:?}");
+    assert_eq!(delivered(&namespace, Outcome::DeadLettered), 2, "{kind:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +190,13 @@ async fn a_failed_message_is_retried_until_it_succeeds(kind: Kind) {
             idem_broker::Handler::handle(&effects, &message).await
         }
     };
-    let consumer = Consumer::new(fixture.idem(Duration::from_secs(5)).await).with_config(quick());
+    counters();
+    let namespace = format!("retried-{kind:?}-{}", std::process::id());
+    let idem = fixture
+        .idem(Duration::from_secs(5))
+        .await
+        .with_namespace(namespace.as_str());
+    let consumer = Consumer::new(idem).with_config(quick());
     fixture
         .drain(&consumer, handler, Duration::from_secs(30), |e| {
             e.len() == 1
@@ -149,6 +210,11 @@ async fn a_failed_message_is_retried_until_it_succeeds(kind: Kind) {
     assert_eq!(consumer.stats().of(Outcome::Retried), 2, "{kind:?}");
     assert_eq!(consumer.stats().of(Outcome::Handled), 1, "{kind:?}");
     assert!(fixture.dead_letters().await.is_empty(), "{kind:?}");
+    // The metrics facade counted the same, under this consumer's namespace
+    // (each test has a namespace of its own: they share the recorder).
+    assert_eq!(delivered(&namespace, Outcome::Retried), 2, "{kind:?}");
+    assert_eq!(delivered(&namespace, Outcome::Handled), 1, "{kind:?}");
+    assert_eq!(delivered(&namespace, Outcome::DeadLettered), 0, "{kind:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
