@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use metrics::{Label, SharedString};
+use metrics::{Key as MetricKey, Label, Level, Metadata, SharedString};
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
@@ -88,17 +88,83 @@ impl fmt::Display for TracedKey<'_> {
     }
 }
 
+/// The counters a handle adds to on its common path, by name; their keys
+/// are built once per handle (see [`MetricKeys`]).
+const COUNTERS: [&str; 9] = [
+    "idem_executed_total",
+    "idem_replayed_total",
+    "idem_mismatch_total",
+    "idem_in_progress_total",
+    "idem_completed_total",
+    "idem_failures_remembered_total",
+    "idem_lease_lost_total",
+    "idem_taken_over_total",
+    "idem_released_total",
+];
+
+/// The `op` label of `idem_store_call_seconds`, one per store call.
+const OPS: [&str; 8] = [
+    "insert",
+    "renew",
+    "complete",
+    "fail",
+    "take_over",
+    "release",
+    "load",
+    "purge_expired",
+];
+
+/// What the `metrics` macros attach to every metric they register.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The metric keys of one handle (name and labels, with the labels' hash),
+/// built when the handle is: each call then only asks the recorder that is
+/// current *at that call* for the metric, as the `metrics` macros do, so a
+/// recorder installed later (or a thread-local one) still gets everything.
+/// Building the key on each call (label vector, hashing) was most of what a
+/// replay spent on metrics when no recorder is installed.
+#[derive(Debug)]
+struct MetricKeys {
+    counters: [MetricKey; COUNTERS.len()],
+    work: MetricKey,
+    calls: [MetricKey; OPS.len()],
+}
+
+impl MetricKeys {
+    fn new(labels: &[Label]) -> MetricKeys {
+        let with_op = |op: &'static str| -> Vec<Label> {
+            labels
+                .iter()
+                .cloned()
+                .chain([Label::new("op", op)])
+                .collect()
+        };
+        MetricKeys {
+            counters: COUNTERS.map(|name| MetricKey::from_parts(name, labels.to_vec())),
+            work: MetricKey::from_parts("idem_work_seconds", labels.to_vec()),
+            calls: OPS.map(|op| MetricKey::from_parts("idem_store_call_seconds", with_op(op))),
+        }
+    }
+}
+
 /// The labels and settings every metric and span of one handle carries.
 #[derive(Debug, Clone)]
 pub(crate) struct Observe {
     store: Arc<str>,
     namespace: Arc<str>,
     pub(crate) keys: KeyInTraces,
+    metric_keys: Arc<MetricKeys>,
 }
 
 impl Observe {
     pub(crate) fn new(store: Arc<str>, namespace: Arc<str>, keys: KeyInTraces) -> Observe {
+        let labels = [
+            Label::new("store", SharedString::from(Arc::clone(&store))),
+            Label::new("namespace", SharedString::from(Arc::clone(&namespace))),
+        ];
         Observe {
+            metric_keys: Arc::new(MetricKeys::new(&labels)),
             store,
             namespace,
             keys,
@@ -124,7 +190,20 @@ impl Observe {
 
     /// Adds one to the counter `name`.
     pub(crate) fn count(&self, name: &'static str) {
-        metrics::counter!(name, self.labels()).increment(1);
+        match COUNTERS.iter().position(|&known| known == name) {
+            Some(at) => {
+                let key = &self.metric_keys.counters[at];
+                metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
+                    .increment(1);
+            }
+            None => metrics::counter!(name, self.labels()).increment(1),
+        }
+    }
+
+    /// Records `took` in the histogram under `key`.
+    fn record(key: &MetricKey, took: Duration) {
+        metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
+            .record(took.as_secs_f64());
     }
 
     /// Counts a decision on a claim and records it on the current span.
@@ -142,7 +221,7 @@ impl Observe {
 
     /// Records how long the work ran.
     pub(crate) fn worked(&self, took: Duration) {
-        metrics::histogram!("idem_work_seconds", self.labels()).record(took.as_secs_f64());
+        Self::record(&self.metric_keys.work, took);
     }
 
     /// A span for one `execute` or `begin`.
@@ -166,8 +245,11 @@ impl Observe {
         let started = Instant::now();
         let answer = call.instrument(span.clone()).await;
         let took = started.elapsed();
-        metrics::histogram!("idem_store_call_seconds", self.with(&[("op", op)]))
-            .record(took.as_secs_f64());
+        match OPS.iter().position(|&known| known == op) {
+            Some(at) => Self::record(&self.metric_keys.calls[at], took),
+            None => metrics::histogram!("idem_store_call_seconds", self.with(&[("op", op)]))
+                .record(took.as_secs_f64()),
+        }
         if let Err(error) = &answer {
             span.record("outcome", "error");
             let kind = match error.kind() {
@@ -349,6 +431,68 @@ mod tests {
             TracedKey(&key, KeyInTraces::ClientKey).to_string(),
             "order-1"
         );
+    }
+
+    /// The keys are built with the handle, but the recorder is asked for at
+    /// each call: one set up after the handle was built (here a thread-local
+    /// one) sees every count and timing, under the handle's labels.
+    #[test]
+    fn a_recorder_set_up_after_the_handle_is_built_counts_its_calls() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+        let idem = crate::Idempotent::new(MemoryStore::new()).with_namespace("late-recorder");
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            runtime.block_on(async {
+                for _ in 0..3 {
+                    let n: u32 = idem
+                        .execute("k", "body", || async { Ok::<_, ()>(7) })
+                        .await
+                        .unwrap();
+                    assert_eq!(n, 7);
+                }
+            })
+        });
+        let mut seen = Vec::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key();
+            let labels: Vec<(String, String)> = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            assert!(
+                labels.contains(&("namespace".to_owned(), "late-recorder".to_owned()))
+                    && labels.contains(&("store".to_owned(), "memory".to_owned())),
+                "{} has labels {labels:?}",
+                key.name()
+            );
+            let op = labels
+                .iter()
+                .find(|(k, _)| k == "op")
+                .map(|(_, v)| v.clone());
+            let n = match value {
+                DebugValue::Counter(n) => n as usize,
+                DebugValue::Histogram(samples) => samples.len(),
+                DebugValue::Gauge(_) => continue,
+            };
+            seen.push((key.name().to_owned(), op, n));
+        }
+        seen.sort();
+        let expected = [
+            ("idem_completed_total", None, 1),
+            ("idem_executed_total", None, 1),
+            ("idem_replayed_total", None, 2),
+            ("idem_store_call_seconds", Some("complete"), 1),
+            ("idem_store_call_seconds", Some("insert"), 3),
+            ("idem_work_seconds", None, 1),
+        ]
+        .map(|(name, op, n)| (name.to_owned(), op.map(str::to_owned), n));
+        assert_eq!(seen, expected);
     }
 
     #[test]
