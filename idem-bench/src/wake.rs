@@ -6,7 +6,11 @@
 //! it settle into its wait for a varying 0–49 ms, and completes the key.
 //! The latency runs from the owner's `complete` call (its round trip
 //! included) to the waiter's return; the reads are the waiter's claims of
-//! the key, its store round trips.
+//! the key, its store round trips. Where that time goes is printed beside
+//! it: the owner's `complete` alone (its commit, and for PostgreSQL the
+//! commit that sends the notification), and the time from `complete`
+//! returning to the waiter's return (zero when the waiter was back first,
+//! as when the store publishes before it answers).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -71,6 +75,10 @@ pub(crate) struct WakeRow {
     pub(crate) mode: &'static str,
     pub(crate) p50: Duration,
     pub(crate) p99: Duration,
+    /// The owner's `complete` alone, p50 and p99.
+    pub(crate) complete: (Duration, Duration),
+    /// From `complete` returning to the waiter's return, p50 and p99.
+    pub(crate) after: (Duration, Duration),
     pub(crate) reads: f64,
     pub(crate) lost: usize,
 }
@@ -98,7 +106,7 @@ pub(crate) async fn measure(
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    let mut samples = vec![(Vec::new(), 0usize, 0usize); modes.len()];
+    let mut samples = vec![Samples::default(); modes.len()];
     for trial in 0..trials {
         for (m, (mode, notified)) in modes.iter().enumerate() {
             let probe = Arc::new(Probe {
@@ -131,55 +139,94 @@ pub(crate) async fn measure(
             tokio::time::sleep(Duration::from_millis((trial * 7 % 50) as u64)).await;
             let start = Instant::now();
             lease.complete(b"1").await?;
+            let completed = Instant::now();
             let (answer, returned) = waiter.await?;
             let sample = &mut samples[m];
             match answer {
-                Ok(Begin::Replay(_)) => sample.0.push(returned.saturating_duration_since(start)),
-                _ => sample.2 += 1,
+                Ok(Begin::Replay(_)) => {
+                    sample
+                        .latency
+                        .push(returned.saturating_duration_since(start));
+                    sample.complete.push(completed - start);
+                    sample
+                        .after
+                        .push(returned.saturating_duration_since(completed));
+                }
+                _ => sample.lost += 1,
             }
             // Every claim but the owner's is the waiter's.
-            sample.1 += probe.inserts.load(Ordering::SeqCst) - 1;
+            sample.reads += probe.inserts.load(Ordering::SeqCst) - 1;
         }
     }
     Ok(modes
         .iter()
         .zip(samples)
-        .map(|((mode, _), (mut latencies, reads, lost))| {
-            latencies.sort();
-            let at = |q: f64| {
-                latencies
-                    .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
-                    .copied()
-                    .unwrap_or_default()
-            };
+        .map(|((mode, _), mut sample)| {
+            let (p50, p99) = percentiles(&mut sample.latency);
             WakeRow {
                 store: name,
                 mode,
-                p50: at(0.5),
-                p99: at(0.99),
-                reads: reads as f64 / trials as f64,
-                lost,
+                p50,
+                p99,
+                complete: percentiles(&mut sample.complete),
+                after: percentiles(&mut sample.after),
+                reads: sample.reads as f64 / trials as f64,
+                lost: sample.lost,
             }
         })
         .collect())
+}
+
+/// One row's measurements.
+#[derive(Debug, Clone, Default)]
+struct Samples {
+    latency: Vec<Duration>,
+    complete: Vec<Duration>,
+    after: Vec<Duration>,
+    reads: usize,
+    lost: usize,
+}
+
+/// p50 and p99 of `durations`.
+fn percentiles(durations: &mut [Duration]) -> (Duration, Duration) {
+    durations.sort();
+    let at = |q: f64| {
+        durations
+            .get(((durations.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    (at(0.5), at(0.99))
 }
 
 /// Prints the rows as a table.
 pub(crate) fn print(rows: &[WakeRow], trials: usize) {
     println!("wake-up latency, owner's complete → waiter returns ({trials} trials per row)");
     println!(
-        "{:<10} {:<9} {:>10} {:>10} {:>14} {:>5}",
-        "store", "mode", "p50 ms", "p99 ms", "reads/waiter", "lost"
+        "{:<10} {:<9} {:>10} {:>10} {:>14} {:>5} {:>17} {:>17}",
+        "store",
+        "mode",
+        "p50 ms",
+        "p99 ms",
+        "reads/waiter",
+        "lost",
+        "complete p50/p99",
+        "after p50/p99"
     );
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     for row in rows {
         println!(
-            "{:<10} {:<9} {:>10.2} {:>10.2} {:>14.1} {:>5}",
+            "{:<10} {:<9} {:>10.2} {:>10.2} {:>14.1} {:>5} {:>8.2}/{:<8.2} {:>8.2}/{:<8.2}",
             row.store,
             row.mode,
-            row.p50.as_secs_f64() * 1e3,
-            row.p99.as_secs_f64() * 1e3,
+            ms(row.p50),
+            ms(row.p99),
             row.reads,
-            row.lost
+            row.lost,
+            ms(row.complete.0),
+            ms(row.complete.1),
+            ms(row.after.0),
+            ms(row.after.1),
         );
     }
 }

@@ -151,6 +151,18 @@ impl Op {
         }
     }
 
+    /// The key whose waiters a committed `Changed(true)` answer of this
+    /// operation wakes: a completion or failure, a release, a settle in the
+    /// caller's transaction. Renewals, durable steps and claims wake nobody.
+    pub(crate) fn wakes(&self) -> Option<&str> {
+        match self {
+            Op::Swap { key, record, .. } if record.state != State::InFlight => Some(key),
+            Op::Remove { key, .. } => Some(key),
+            Op::Work(work) => work.settles(),
+            _ => None,
+        }
+    }
+
     /// Runs the operation inside the caller's open transaction.
     pub(crate) fn run(&self, conn: &Connection) -> Result<Done, OpError> {
         let now = now();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
 use tokio::sync::oneshot;
 
 use crate::error::Failure;
@@ -98,7 +98,10 @@ pub enum Synchronous {
 ///
 /// Waiters ([`Idempotent::with_wait`](idem_core::Idempotent::with_wait))
 /// are woken in process ([`Store::wakeups`]) once a completion, failure or
-/// release has committed — through this store or any clone of it. Another
+/// release has committed — through this store or any clone of it. The
+/// writer thread wakes them itself right after the commit, before it
+/// answers the owner, so a waiter does not wait for the owner's task to be
+/// scheduled first. Another
 /// process writing the same file sends no wake-ups: waiters on its keys
 /// find the outcome by polling.
 #[derive(Clone)]
@@ -138,13 +141,14 @@ impl SqliteStore {
             max_batch: DEFAULT_MAX_BATCH,
             synchronous: Synchronous::default(),
         };
-        let commands = writer::start(target, settings)
+        let wakeups = Arc::new(Wakeups::new());
+        let commands = writer::start(target, settings, Arc::clone(&wakeups))
             .await
             .map_err(Failure::into_store_error)?;
         Ok(SqliteStore {
             commands,
             path,
-            wakeups: Arc::new(Wakeups::new()),
+            wakeups,
         })
     }
 
@@ -256,12 +260,8 @@ impl Store for SqliteStore {
             expected,
         };
         match self.call(op).await? {
-            Done::Changed(removed) => {
-                if removed {
-                    self.wakeups.wake(key);
-                }
-                Ok(removed)
-            }
+            // The writer thread has woken the key's waiters at commit.
+            Done::Changed(removed) => Ok(removed),
             other => Err(unexpected(other)),
         }
     }
@@ -305,19 +305,9 @@ impl SqliteStore {
             take_over,
         };
         match self.call(op).await? {
-            Done::Changed(changed) => {
-                if changed && record.state != State::InFlight {
-                    self.wakeups.wake(key);
-                }
-                Ok(changed)
-            }
+            // The writer thread has woken the key's waiters at commit.
+            Done::Changed(changed) => Ok(changed),
             other => Err(unexpected(other)),
         }
-    }
-
-    /// Wakes the waiters on `key`: its outcome was recorded or its claim
-    /// released by a committed transaction.
-    pub(crate) fn wake(&self, key: &str) {
-        self.wakeups.wake(key);
     }
 }

@@ -62,6 +62,14 @@ pub(crate) struct TxWork {
     work: Cell<Option<WorkFn>>,
 }
 
+impl TxWork {
+    /// The key this work settles when it commits, `None` for a durable
+    /// step (its record stays in flight).
+    pub(crate) fn settles(&self) -> Option<&str> {
+        self.step.is_none().then_some(self.key.as_str())
+    }
+}
+
 impl fmt::Debug for TxWork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TxWork")
@@ -236,10 +244,8 @@ impl SqliteStore {
         });
         let ran = lease.run(self.call(op)).await;
         match ran.output {
-            Ok(Done::Changed(true)) => {
-                self.wake(lease.key().as_str());
-                Ok(())
-            }
+            // The writer thread has woken the key's waiters at commit.
+            Ok(Done::Changed(true)) => Ok(()),
             Ok(Done::Changed(false)) => Err(Error::LeaseLost),
             Ok(other) => Err(Error::Store {
                 source: unexpected(other),

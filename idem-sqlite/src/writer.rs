@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use idem_core::Wakeups;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
@@ -48,7 +49,11 @@ pub(crate) struct Settings {
 /// Starts the writer thread on `target` and returns its channel once the
 /// connection is open and the schema in place; on failure the thread has
 /// already ended.
-pub(crate) async fn start(target: Target, settings: Settings) -> Result<Sender<Command>, Failure> {
+pub(crate) async fn start(
+    target: Target,
+    settings: Settings,
+    wakeups: Arc<Wakeups>,
+) -> Result<Sender<Command>, Failure> {
     let (commands, inbox) = mpsc::channel();
     let (ready, opened) = oneshot::channel();
     thread::Builder::new()
@@ -64,7 +69,7 @@ pub(crate) async fn start(target: Target, settings: Settings) -> Result<Sender<C
                     // An opener that stopped waiting has dropped its store,
                     // and with it the channel: the loop ends at once.
                     let _ = ready.send(Ok(()));
-                    Writer::new(conn, settings).run(&inbox);
+                    Writer::new(conn, settings, wakeups).run(&inbox);
                 }
                 Err(failure) => {
                     let _ = ready.send(Err(failure));
@@ -82,14 +87,17 @@ pub(crate) struct Writer {
     /// A setting SQLite refused: the store no longer runs as configured, so
     /// every later operation fails with it rather than silently going on.
     broken: Option<Failure>,
+    /// The store's waiters, woken as soon as a commit records an outcome.
+    wakeups: Arc<Wakeups>,
 }
 
 impl Writer {
-    pub(crate) fn new(conn: Connection, settings: Settings) -> Writer {
+    pub(crate) fn new(conn: Connection, settings: Settings, wakeups: Arc<Wakeups>) -> Writer {
         Writer {
             conn,
             settings,
             broken: None,
+            wakeups,
         }
     }
 
@@ -165,7 +173,8 @@ impl Writer {
         }
     }
 
-    /// Runs `jobs` in one transaction and answers each after the commit.
+    /// Runs `jobs` in one transaction and answers each after the commit,
+    /// waking the waiters of every key it settled.
     ///
     /// Each job sees the effects of the jobs before it, exactly as if they
     /// had run one by one. A job whose statement fails is answered with its
@@ -225,6 +234,12 @@ impl Writer {
                 return self.fail_all(jobs, error);
             }
             for (job, answer) in jobs.into_iter().zip(answers) {
+                // Committed: wake the key's waiters now, from this thread,
+                // rather than after the owner's task is scheduled to read
+                // its answer.
+                if let (Ok(Done::Changed(true)), Some(key)) = (&answer, job.op.wakes()) {
+                    self.wakeups.wake(key);
+                }
                 let _ = job.reply.send(answer);
             }
             return;

@@ -21,7 +21,11 @@ fn writer() -> Writer {
     let conn = schema::connect(&Target::Memory, settings.busy_timeout, settings.synchronous)
         .expect("an in-memory database opens");
     schema::migrate(&conn, settings.busy_timeout).expect("the schema is created");
-    Writer::new(conn, settings)
+    Writer::new(
+        conn,
+        settings,
+        std::sync::Arc::new(idem_core::Wakeups::new()),
+    )
 }
 
 fn in_flight(token: Token) -> NewRecord<'static> {

@@ -28,3 +28,38 @@ fn trials() -> usize {
         .and_then(|n| n.parse().ok())
         .unwrap_or(200)
 }
+
+/// A completion in the caller's transaction wakes the waiter at commit: it
+/// polls once an hour, so only the wake-up brings it back within `WOKEN`.
+#[tokio::test]
+async fn a_waiter_is_woken_by_a_transactional_completion() {
+    use idem_core::{Begin, Fingerprint, Idempotent};
+    use idem_sqlite::Settle;
+    use waiting::{CountingStore, NO_POLLING, WAIT, WOKEN};
+
+    let (store, _dir, _) = fresh().await;
+    let counting = CountingStore::new(Arc::new(store.clone()));
+    waiting::connected_wakeups(&counting).await;
+    let idem = Idempotent::new(counting.clone()).with_wait_polling(NO_POLLING, NO_POLLING);
+    let fingerprint = Fingerprint::of_bytes(b"tx");
+    let Begin::Run(lease) = idem.begin("tx-woken", fingerprint).await.unwrap() else {
+        panic!("the key was fresh");
+    };
+    let waiter = tokio::spawn({
+        let idem = idem.clone().with_wait(WAIT);
+        async move { idem.begin("tx-woken", fingerprint).await }
+    });
+    waiting::until("the waiter is parked", || counting.inserts() == 3).await;
+    store
+        .settle_in_tx(&lease, |_| Settle::Complete(b"12".to_vec()))
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(WOKEN, waiter)
+        .await
+        .expect("the waiter was not woken by the transactional completion");
+    match answer.unwrap() {
+        Ok(Begin::Replay(replay)) => assert_eq!(replay.payload(), b"12"),
+        other => panic!("the waiter did not get the outcome: {other:?}"),
+    }
+    assert_eq!(counting.inserts(), 4, "one read after the wake-up");
+}
