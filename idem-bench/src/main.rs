@@ -266,6 +266,7 @@ impl Args {
                 every: pick(self.scale_purge_every, 5000, 250),
                 window: pick(self.scale_window, 60_000, 1000),
             },
+            first_retention: Duration::from_millis(if quick { 500 } else { 1000 }),
             tag: format!("is{}", fixture::run_tag()),
         })
     }

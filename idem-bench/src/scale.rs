@@ -41,10 +41,6 @@ pub(crate) use render::render;
 use churn::{Ingested, PurgeCounts};
 use targets::{Footprint, Opened, Target, BULK_RETENTION};
 
-/// The retention of first executions made while measuring: short, so they
-/// are purged after each run and the store stays at its size.
-const FIRST_RETENTION: Duration = Duration::from_millis(250);
-
 /// What the scale mode measures.
 #[derive(Debug, Clone)]
 pub(crate) struct ScalePlan {
@@ -55,6 +51,11 @@ pub(crate) struct ScalePlan {
     pub(crate) run: Duration,
     pub(crate) warmup: Duration,
     pub(crate) churn: Churn,
+    /// The retention (and lease) of first executions made while
+    /// measuring: short, so they are purged after each run and the store
+    /// stays at its size; long enough that a loaded machine's stall
+    /// between claim and completion does not outlast the lease.
+    pub(crate) first_retention: Duration,
     pub(crate) tag: String,
 }
 
@@ -358,9 +359,9 @@ async fn measure(
     };
     let base_shape = template(&base.store(), &plan.tag).await?;
     let took = fill(base, &base_shape, 0, smallest).await?;
-    report
-        .sizes
-        .push(weigh(base, &base_shape, smallest, took).await?);
+    let weighed = weigh(base, &base_shape, smallest, took).await?;
+    eprintln!("{}", render::bytes_line(&weighed));
+    report.sizes.push(weighed);
     if larger.is_empty() {
         for (workload, concurrency) in cells(plan) {
             let pair = [(base, smallest)];
@@ -369,6 +370,7 @@ async fn measure(
             report.cells.push(cell);
         }
         let churned = churn_store(base, plan, smallest).await?;
+        eprint!("{}", render::churn_lines(&churned));
         report.churns.push(churned);
         return Ok(());
     }
@@ -396,7 +398,9 @@ async fn grow(
         filled = size;
         // Weighed before the measured part, whose short-lived records
         // Redis would still be expiring.
-        report.sizes.push(weigh(big, &shape, size, took).await?);
+        let weighed = weigh(big, &shape, size, took).await?;
+        eprintln!("{}", render::bytes_line(&weighed));
+        report.sizes.push(weighed);
         for (workload, concurrency) in cells(plan) {
             let pair = [(base, smallest), (big, size)];
             for cell in measure_cells(&pair, plan, workload, concurrency, size).await? {
@@ -406,6 +410,7 @@ async fn grow(
         }
     }
     let churned = churn_store(big, plan, filled).await?;
+    eprint!("{}", render::churn_lines(&churned));
     report.churns.push(churned);
     Ok(())
 }
@@ -436,7 +441,11 @@ async fn measure_cells<const N: usize>(
                 BULK_RETENTION,
                 Choice::Bulk(tag.clone(), *size),
             ),
-            _ => row(&target.store(), FIRST_RETENTION, Choice::Fresh(tag.clone())),
+            _ => row(
+                &target.store(),
+                plan.first_retention,
+                Choice::Fresh(tag.clone()),
+            ),
         })
         .collect();
     let keys = Arc::new(Keys::new(String::new(), workload, 1));
@@ -452,7 +461,7 @@ async fn measure_cells<const N: usize>(
                 // Let this run's records expire and purge them (Redis
                 // expires them itself), so the next run meets the store at
                 // its size.
-                tokio::time::sleep(FIRST_RETENTION + Duration::from_millis(50)).await;
+                tokio::time::sleep(plan.first_retention + Duration::from_millis(50)).await;
                 purge_all(targets[i].0).await?;
             }
             if rep == 0 {

@@ -115,7 +115,7 @@ pub(crate) fn render(report: &ScaleReport) -> String {
     out
 }
 
-fn bytes_line(s: &Weighed) -> String {
+pub(crate) fn bytes_line(s: &Weighed) -> String {
     let per = s.footprint.bytes as f64 / s.size as f64;
     format!(
         "bytes {} {} per-record {per:.0} raw-record {} ratio {:.2} records-per-gb {:.0} fill {:.1} s ({:.0}/s); {}",
@@ -130,7 +130,7 @@ fn bytes_line(s: &Weighed) -> String {
     )
 }
 
-fn churn_lines(c: &Churned) -> String {
+pub(crate) fn churn_lines(c: &Churned) -> String {
     let mut out = String::new();
     let steady_secs = c.churn.window.as_secs_f64();
     let ingest = c.steady.summary.ops_per_sec;
