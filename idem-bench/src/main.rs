@@ -14,6 +14,7 @@ mod load;
 mod protocols;
 mod report;
 mod runner;
+mod scale;
 mod stats;
 mod stores;
 mod wake;
@@ -142,6 +143,38 @@ struct Args {
     /// Folder for the SQLite files (a temporary folder by default).
     #[arg(long)]
     sqlite_dir: Option<PathBuf>,
+
+    /// Run the scale mode instead: fill each store listed in bulk to each
+    /// of --scale-sizes, measure first executions and replays through
+    /// `execute` at each size (--concurrency, --reps, --duration apply),
+    /// weigh the records, then churn the largest with a purger running.
+    #[arg(long)]
+    scale: bool,
+
+    /// Record counts the scale mode fills to, ascending, such as
+    /// `10k,1m,10m` (the default; `10k,100k` with --quick). Latency growth
+    /// is against the first.
+    #[arg(long, value_delimiter = ',', value_parser = scale::parse_size)]
+    scale_sizes: Vec<u64>,
+
+    /// First executions per second during the churn. Default 1000, or
+    /// 300 with --quick.
+    #[arg(long)]
+    scale_rate: Option<u64>,
+
+    /// Retention of the churn's records. Default 30s, or 1s with --quick.
+    #[arg(long, value_parser = parse_duration)]
+    scale_retention: Option<Duration>,
+
+    /// The purger's period during the churn. Default 5s, or 250ms with
+    /// --quick.
+    #[arg(long, value_parser = parse_duration)]
+    scale_purge_every: Option<Duration>,
+
+    /// How long the churn's steady state is measured. Default 60s, or 1s
+    /// with --quick.
+    #[arg(long, value_parser = parse_duration)]
+    scale_window: Option<Duration>,
 }
 
 impl Args {
@@ -193,6 +226,48 @@ impl Args {
                 .max(1),
             tag: format!("ib{}", fixture::run_tag()),
             rows: self.rows.iter().map(|r| r.trim().to_owned()).collect(),
+        })
+    }
+
+    fn scale_plan(&self) -> Result<scale::ScalePlan, String> {
+        let quick = self.quick;
+        let mut sizes = if self.scale_sizes.is_empty() {
+            if quick {
+                vec![10_000, 100_000]
+            } else {
+                vec![10_000, 1_000_000, 10_000_000]
+            }
+        } else {
+            self.scale_sizes.clone()
+        };
+        if sizes.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("--scale-sizes must ascend".to_owned());
+        }
+        sizes.dedup();
+        if self.concurrency.contains(&0) {
+            return Err("a concurrency must be at least 1".to_owned());
+        }
+        let pick = |given: Option<Duration>, full: u64, short: u64| {
+            given.unwrap_or(Duration::from_millis(if quick { short } else { full }))
+        };
+        let run = pick(self.duration, 2000, 150);
+        Ok(scale::ScalePlan {
+            sizes,
+            concurrency: self.concurrency.clone(),
+            reps: self.reps.unwrap_or(if quick { 2 } else { 3 }).max(1),
+            run,
+            warmup: run / 4,
+            churn: scale::Churn {
+                rate: self
+                    .scale_rate
+                    .unwrap_or(if quick { 300 } else { 1000 })
+                    .max(1),
+                retention: pick(self.scale_retention, 30_000, 1000),
+                every: pick(self.scale_purge_every, 5000, 250),
+                window: pick(self.scale_window, 60_000, 1000),
+            },
+            first_retention: Duration::from_millis(if quick { 500 } else { 1000 }),
+            tag: format!("is{}", fixture::run_tag()),
         })
     }
 
@@ -257,6 +332,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    if args.scale {
+        return scale_mode(&args, &runtime);
+    }
     match runtime.block_on(run(&args, &plan)) {
         Ok(report) => finish(&args, &report),
         Err(error) => {
@@ -318,6 +396,47 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
         }
     }
     Ok(report)
+}
+
+fn scale_mode(args: &Args, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    let plan = match args.scale_plan() {
+        Ok(plan) => plan,
+        Err(message) => {
+            eprintln!("idem-bench: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let stores: Vec<&str> = args.stores.iter().map(|s| s.trim()).collect();
+    for store in &stores {
+        if let Err(error) = store.parse::<StoreKind>() {
+            eprintln!("idem-bench: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    let places = Places {
+        redis_url: &args.redis_url,
+        postgres_url: &args.postgres_url,
+        mysql_url: &args.mysql_url,
+        sqlite_dir: args.sqlite_dir.as_deref(),
+    };
+    let report = match runtime.block_on(scale::run(&stores, places, &plan)) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("idem-bench: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", scale::render(&report));
+    let errors = report.errors();
+    if errors > 0 {
+        eprintln!("idem-bench: {errors} operations failed; see the lines marked with errors");
+        return ExitCode::FAILURE;
+    }
+    if std::env::var_os("CI").is_some() && !report.skipped.is_empty() {
+        eprintln!("idem-bench: CI is set, so an unreachable store is a failure");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 fn skip(report: &mut Report, store: &str, url: &str, reason: &BoxError) {

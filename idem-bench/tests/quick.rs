@@ -115,3 +115,67 @@ fn quick_inbox_mode_prints_acknowledgement_and_throughput_lines() {
         assert!(value.is_finite() && value > 0.0, "{line}");
     }
 }
+
+#[test]
+fn scale_mode_fills_measures_weighs_and_purges_the_in_process_stores() {
+    let output = bench()
+        .args(["--scale", "--quick", "--stores", "memory,sqlite"])
+        .args([
+            "--scale-sizes",
+            "300,3k",
+            "--duration",
+            "30ms",
+            "--reps",
+            "1",
+        ])
+        .args(["--scale-rate", "200", "--scale-retention", "300ms"])
+        .args(["--scale-purge-every", "50ms", "--scale-window", "400ms"])
+        .output()
+        .expect("the harness starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Success also means every replay found and decoded its bulk record:
+    // a bulk key whose work ran counts as an error.
+    assert!(
+        output.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        output.status
+    );
+    for store in ["memory", "sqlite"] {
+        for workload in ["first", "replay"] {
+            for concurrency in ["c1", "c32"] {
+                let prefix = format!("growth {store} {workload} {concurrency} 3k/300 p50 ");
+                let line = stdout
+                    .lines()
+                    .find(|l| l.starts_with(&prefix))
+                    .unwrap_or_else(|| panic!("no line {prefix:?} in\n{stdout}"));
+                let value: f64 = line[prefix.len()..]
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("a number");
+                assert!(value.is_finite() && value > 0.0, "{line}");
+            }
+        }
+        assert!(
+            stdout.contains(&format!("bytes {store} 3k per-record ")),
+            "{stdout}"
+        );
+        // The purger ran on its schedule and deleted expired records.
+        let prefix = format!("purge {store} purged ");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no line {prefix:?} in\n{stdout}"));
+        let purged: u64 = line[prefix.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a count");
+        assert!(purged > 0, "{line}");
+        assert!(
+            stdout.contains(&format!("claim-p99 {store} no-purge ")),
+            "{stdout}"
+        );
+    }
+}

@@ -86,6 +86,34 @@
 //! # }
 //! ```
 //!
+//! ## Autovacuum on a large table
+//!
+//! Every record leaves two dead row versions behind: the completion's
+//! update (it changes `retain_until`, which is indexed, so it is never a
+//! HOT update) and the purge's delete. Autovacuum reclaims them, but by
+//! default only once dead rows exceed 20 % of the table
+//! (`autovacuum_vacuum_scale_factor = 0.2`): on a table of 10 million
+//! records that is 2 million dead rows, about 17 minutes of churn at 1,000
+//! first executions a second, and the space they hold is bloat until then.
+//! For a table of millions of records, make the trigger a fixed amount of
+//! churn instead, for example a few minutes' worth, and let the vacuum run
+//! unthrottled (the `insert` settings exist from PostgreSQL 13):
+//!
+//! ```sql
+//! ALTER TABLE idem_records SET (
+//!     autovacuum_vacuum_scale_factor = 0,
+//!     autovacuum_vacuum_threshold = 200000,
+//!     autovacuum_vacuum_insert_scale_factor = 0,
+//!     autovacuum_vacuum_insert_threshold = 200000,
+//!     autovacuum_analyze_scale_factor = 0.02,
+//!     autovacuum_vacuum_cost_delay = 0
+//! );
+//! ```
+//!
+//! A vacuum makes the dead rows' space reusable without shrinking the
+//! file, so the table then holds at its steady-state size. The "Scale"
+//! section of `BENCHMARKS.md` shows the dead rows and sizes a churn left.
+//!
 //! # Exactly-once effects: transactional completion
 //!
 //! When the work's effect is a write to the same database,

@@ -47,6 +47,27 @@
 //! `Idempotent::begin`. [`SqliteStore::execute_in_tx_remembering`] records
 //! chosen work errors as remembered failures in the same savepoint, with
 //! the rows the work wrote before failing.
+//!
+//! # Disk space: purging and vacuum
+//!
+//! An expired record is absent to every method at once; its row stays
+//! until [`purge_expired`](idem_core::Store::purge_expired) deletes it (run
+//! [`spawn_purger`](idem_core::spawn_purger), or the same loop yourself).
+//! The store never runs `VACUUM` and leaves SQLite's `auto_vacuum` at its
+//! default, off: the pages a purge frees go to the file's free list and
+//! later inserts reuse them. Under steady churn the file therefore settles
+//! at the size of the largest set of records it has held (live records plus
+//! those expired but not yet purged) and stays there; it never shrinks by
+//! itself. The write-ahead log beside it is checkpointed automatically
+//! (SQLite's default, every 1,000 pages) and stays a few MiB.
+//!
+//! This is on purpose: a vacuum rewrites the whole file under the write
+//! lock, stalling every caller for as long as that takes, to give back
+//! space the next peak would take again. To shrink the file after a peak
+//! that will not return, run `VACUUM` while the application is stopped
+//! (it needs free disk about the file's size), or `VACUUM INTO` a new file
+//! and swap it in. The "Scale" section of `BENCHMARKS.md` shows the file
+//! size and free pages after a churn.
 #![forbid(unsafe_code)]
 
 mod error;
