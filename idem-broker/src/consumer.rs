@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Error as IdemError, Idempotent};
+use idem_core::{Error as IdemError, Idempotent, State};
 use idem_inbox::Backoff;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -30,7 +30,11 @@ pub struct ConsumerConfig {
     pub concurrency: usize,
     /// Deliveries of one message before it goes to the dead letters
     /// (default 8). A message delivered more often than this — it keeps
-    /// killing its consumer — is parked without running again.
+    /// killing its consumer — is parked without running again, unless its
+    /// key is held by another consumer's live idem lease (it is handed
+    /// back until that consumer is done) or its outcome is recorded (it
+    /// is replayed and acked): the store is read once to tell, for such
+    /// deliveries only.
     pub max_deliveries: u32,
     /// The wait before a failed message is delivered again, where the
     /// broker can delay a redelivery (idem-inbox's policy).
@@ -169,8 +173,9 @@ impl Stats {
 ///
 /// 1. The key is the message id (or what [`with_key`](Consumer::with_key)
 ///    derives); a message without one, or delivered more than
-///    [`max_deliveries`](ConsumerConfig::max_deliveries) times, goes to
-///    the dead letters unrun.
+///    [`max_deliveries`](ConsumerConfig::max_deliveries) times while no
+///    consumer holds its key and no outcome is recorded, goes to the dead
+///    letters unrun.
 /// 2. The handler runs under `execute`, with the SHA-256 of the payload as
 ///    the request: a second message under the same id with another body is
 ///    a mismatch and goes to the dead letters. While it runs, idem renews
@@ -329,11 +334,23 @@ impl Consumer {
                 .await;
         };
         if count > self.config.max_deliveries {
-            let reason = format!(
-                "delivered {count} times, more than the {} allowed",
-                self.config.max_deliveries
-            );
-            return self.dead_letter(delivery, &reason).await;
+            match self.standing(&key).await {
+                // Another consumer is handling the message under a live
+                // lease (a duplicate publish, or a redelivery that overtook
+                // a slow handler): these deliveries were handed back while
+                // it worked, not failures of their own. Wait for it.
+                Standing::Held(left) => return self.retry(delivery, left).await,
+                // Handled already: `execute` below replays it, and the
+                // delivery is acked.
+                Standing::Recorded => {}
+                Standing::Unheld => {
+                    let reason = format!(
+                        "delivered {count} times, more than the {} allowed",
+                        self.config.max_deliveries
+                    );
+                    return self.dead_letter(delivery, &reason).await;
+                }
+            }
         }
         let request = hex::encode(Sha256::digest(delivery.payload()));
         let message = Message {
@@ -399,6 +416,26 @@ impl Consumer {
         }
     }
 
+    /// Where the message's key stands in the idem store: one read, made
+    /// only for a delivery past the limit. A store failure reads as
+    /// unheld: the limit applies.
+    async fn standing(&self, key: &str) -> Standing {
+        let Ok(key) = self.idem.key(key) else {
+            return Standing::Unheld;
+        };
+        match self.idem.store().load(key.as_str()).await {
+            Ok(Some(record)) if record.state == State::Completed => Standing::Recorded,
+            Ok(Some(record)) if record.state == State::InFlight && !record.lease_lapsed() => {
+                Standing::Held(record.lease_remaining.unwrap_or_default())
+            }
+            Ok(_) => Standing::Unheld,
+            Err(error) => {
+                tracing::warn!(error = %error, "idem store failed while checking a message past its delivery limit");
+                Standing::Unheld
+            }
+        }
+    }
+
     async fn retry(&self, delivery: &dyn Delivery, delay: Duration) -> Outcome {
         match delivery.retry(delay).await {
             Ok(()) => Outcome::Retried,
@@ -418,6 +455,16 @@ impl Consumer {
             }
         }
     }
+}
+
+/// Where a message past its delivery limit stands.
+enum Standing {
+    /// Another consumer holds its key, for this much longer.
+    Held(Duration),
+    /// Its outcome is recorded.
+    Recorded,
+    /// Nobody holds it and nothing is recorded: the limit applies.
+    Unheld,
 }
 
 /// Runs `work`, telling the broker every `heartbeat` that the delivery is

@@ -46,8 +46,12 @@
 //! * The request idem fingerprints is the SHA-256 of the payload: the same
 //!   id with another body is a mismatch and goes to the dead letters.
 //! * Redeliveries that meet another consumer's live lease are handed back
-//!   for the time left on it, and count as deliveries toward
-//!   [`ConsumerConfig::max_deliveries`].
+//!   for the time left on it. The broker counts them as deliveries, but
+//!   past [`ConsumerConfig::max_deliveries`] the consumer reads the key's
+//!   record before parking a message: one whose key is still held is
+//!   handed back again, one whose outcome is recorded is replayed and
+//!   acked. A duplicate publish that waits out a long handler therefore
+//!   does not end in the dead letters.
 //! * A consumer whose idem lease was taken over while it stalled settles
 //!   nothing ([`Outcome::Abandoned`]): the newer owner settles its own
 //!   delivery, and the message's effect is at most once per lease (the
@@ -85,37 +89,24 @@
 //! calls stay within the messages plus what the kills interrupted (a
 //! consumer without idem makes at least twice the messages).
 //!
-//! # As idem-inbox queues
+//! # Behind idem-inbox's webhook receiver
 //!
-//! These brokers are not `idem_inbox::queue::Queue` backends, because
-//! none honours the whole of that contract:
-//!
-//! * **Fenced settles with `LeaseLost`.** JetStream takes an ack for an
-//!   old delivery after the message was redelivered, and says nothing back
-//!   that tells the two apart, so `complete` cannot return `LeaseLost`.
-//!   RabbitMQ fences by channel (a closed channel's tags are void), but
-//!   its ack answers nothing either. Redis Streams can (this crate fences
-//!   on owner and delivery count).
-//! * **A lease of the caller's length, renewed to any length.** JetStream's
-//!   is the consumer's fixed ack wait (`+WPI` extends by that); RabbitMQ
-//!   has none (a delivery is held until the channel closes).
-//! * **`enqueue` reports `Duplicate` for the retention (3 days).**
-//!   JetStream's duplicate window would have to span days; RabbitMQ and
-//!   Streams do not dedupe at all. Here idem's store does it, at consume
-//!   time.
-//! * **`inspect` and `requeue` a job by id.** A RabbitMQ queue cannot be
-//!   read at an id; JetStream and Streams can, by sequence or entry id,
-//!   not by (source, event id) without an index of their own.
-//!
-//! The webhook path with a broker is therefore: the inbox receiver
-//! verifies and publishes to the broker with the event id as the message
-//! id, and this crate's consumer runs the handler once per id.
+//! The three brokers take the place of the inbox's table queue on the
+//! receiving side: [`enqueue::Enqueuer`] is an [`idem_inbox::Enqueue`]
+//! that publishes each verified event, confirmed, once per (source, event
+//! id) for three days (idem's store remembers what was published; the
+//! brokers' own dedupe windows are minutes or nothing), and this crate's
+//! [`Consumer`] handles the events, keyed by the same id. A broker is not
+//! an `idem_inbox::queue::Queue` for the inbox's `Worker`: the
+//! [`enqueue`] module says which parts of that contract none of them can
+//! honour. One example per broker is there.
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
 pub mod consumer;
 pub mod delivery;
+pub mod enqueue;
 mod error;
 pub mod handler;
 #[cfg(feature = "nats")]

@@ -77,6 +77,12 @@ pub const ID_HEADER: &str = "Idem-Message-Id";
 /// dead-letter subject (which a stream must capture: the publish waits for
 /// JetStream's acknowledgement), and then the delivery is terminated
 /// (`+TERM`); without a dead-letter subject it is only terminated.
+///
+/// A consumer that stops while a pull is waiting leaves that pull open on
+/// the server until it expires (after the consumer's poll interval, at
+/// least 100 ms): messages published meanwhile are handed to it, and come
+/// back to the next consumer only after the ack wait. Nothing is lost,
+/// but they are late by that much.
 pub struct JetStreamSource {
     context: jetstream::Context,
     consumer: PullConsumer,

@@ -92,8 +92,18 @@ pub async fn publish(
 /// time (`XPENDING … IDLE` then `XCLAIM`, which counts a delivery), and
 /// resets the idle time of its running deliveries every third of it
 /// (`XCLAIM … JUSTID`, which does not). A retry leaves the entry pending
-/// with its idle time set so it is claimed again after the delay; delays
-/// longer than the claim idle time are cut to it.
+/// with its idle time set so it is claimed again after the delay.
+///
+/// **A retry waits at most the claim idle time.** Redis keeps no delivery
+/// time in the future (`XCLAIM … TIME` in the future is taken as now), so
+/// a pending entry can be held back only by making it look less idle: a
+/// delay longer than the claim idle time is cut to it, whatever the
+/// backoff or the handler's `Retry-After` asked. Where retries must wait
+/// their full delay, set the claim idle time
+/// ([`with_claim_idle`](RedisStreamSource::with_claim_idle)) to at least
+/// the backoff's cap — at the price that a dead consumer's entries wait
+/// as long before another consumer takes them. The delivery limit counts
+/// these shorter waits as they come.
 ///
 /// Every settle (ack, retry, dead letter, idle reset) is one Lua script
 /// fenced on the entry still being pending **for this consumer at this

@@ -39,6 +39,10 @@
 //! * [`queue`]: the [`Queue`](queue::Queue) contract, [`SqliteQueue`](queue::SqliteQueue)
 //!   and [`PostgresQueue`](queue::PostgresQueue); every transition of a
 //!   claimed job is fenced by its claim's token.
+//! * [`Enqueue`]: the part of a queue the receiver needs — a job once per
+//!   (source, event id). Every queue is one; idem-broker makes NATS
+//!   JetStream, RabbitMQ and Redis Streams one, so a receiver can publish
+//!   to a broker instead of a table (its consumer then handles the events).
 //! * [`Worker`]: bounded concurrency, heartbeats, graceful shutdown,
 //!   retries with full-jitter backoff, `Retry-After`, dead letters.
 //! * [`RateLimiter`]: an outbound token bucket per destination.
@@ -48,6 +52,7 @@
 pub mod backoff;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod enqueue;
 pub mod handler;
 mod metrics;
 pub mod queue;
@@ -56,6 +61,7 @@ pub mod verify;
 pub mod worker;
 
 pub use backoff::Backoff;
+pub use enqueue::Enqueue;
 pub use handler::{Event, Handler, HandlerError};
 pub use ratelimit::RateLimiter;
 pub use worker::{Outcome, Worker, WorkerConfig};

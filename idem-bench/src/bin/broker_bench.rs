@@ -13,7 +13,11 @@
 //! message ids (redeliveries and duplicate publishes), which replay. Each
 //! figure is the median over repetitions; store operations are counted by
 //! a wrapper around the store (one operation is one round trip for both
-//! stores).
+//! stores). The raw run goes first in even repetitions and last in odd
+//! ones. `--steps` adds where a message's time goes: mean milliseconds in
+//! the store, the work and the ack, against the cycle (concurrency over
+//! throughput); what the cycle holds beyond them is waiting for deliveries
+//! and for a turn on the runtime.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -32,7 +36,7 @@ use idem_broker::lapin::{self, BasicProperties};
 use idem_broker::redis;
 use idem_broker::{
     amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, ConsumerConfig,
-    Message, Source,
+    Delivery, Message, Source,
 };
 use idem_core::{Idempotent, Insert, NewRecord, Record, Store, StoreError, Token};
 use tokio::sync::Semaphore;
@@ -53,9 +57,19 @@ struct Args {
     /// Repetitions; figures are medians.
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Handlers at once (and the prefetch).
+    /// Handlers at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Deliveries the broker hands out ahead of the handlers: RabbitMQ's
+    /// prefetch, the JetStream and Streams batch (default: twice the
+    /// concurrency).
+    #[arg(long)]
+    prefetch: Option<usize>,
+    /// Also print where each message's time goes: mean milliseconds in the
+    /// idem store, the work and the ack, and the cycle (concurrency over
+    /// throughput).
+    #[arg(long)]
+    steps: bool,
     /// Brokers, comma-separated: nats, amqp, streams.
     #[arg(long, value_delimiter = ',', default_value = "nats,amqp,streams")]
     brokers: Vec<String>,
@@ -88,7 +102,10 @@ struct Counting<S> {
 impl<S: Store> Store for Counting<S> {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.insert(key, record).await
+        let began = Instant::now();
+        let result = self.inner.insert(key, record).await;
+        Steps::add(&STEPS.store, began);
+        result
     }
     async fn swap(
         &self,
@@ -97,7 +114,10 @@ impl<S: Store> Store for Counting<S> {
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.swap(key, expected, record).await
+        let began = Instant::now();
+        let result = self.inner.swap(key, expected, record).await;
+        Steps::add(&STEPS.store, began);
+        result
     }
     async fn take_over(
         &self,
@@ -106,19 +126,113 @@ impl<S: Store> Store for Counting<S> {
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.take_over(key, expected, record).await
+        let began = Instant::now();
+        let result = self.inner.take_over(key, expected, record).await;
+        Steps::add(&STEPS.store, began);
+        result
     }
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.remove(key, expected).await
+        let began = Instant::now();
+        let result = self.inner.remove(key, expected).await;
+        Steps::add(&STEPS.store, began);
+        result
     }
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.inner.load(key).await
+        let began = Instant::now();
+        let result = self.inner.load(key).await;
+        Steps::add(&STEPS.store, began);
+        result
     }
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.inner.purge_expired(limit).await
+    }
+}
+
+/// Time spent per step, summed over a run's messages.
+#[derive(Debug, Default)]
+struct Steps {
+    store: AtomicU64,
+    work: AtomicU64,
+    ack: AtomicU64,
+}
+
+impl Steps {
+    fn add(counter: &AtomicU64, since: Instant) {
+        let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        counter.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Mean milliseconds per message of each step, and resets them.
+    fn take(&self, messages: u64) -> [f64; 3] {
+        let per = |counter: &AtomicU64| {
+            counter.swap(0, Ordering::Relaxed) as f64 / 1e6 / messages.max(1) as f64
+        };
+        [per(&self.store), per(&self.work), per(&self.ack)]
+    }
+}
+
+static STEPS: Steps = Steps {
+    store: AtomicU64::new(0),
+    work: AtomicU64::new(0),
+    ack: AtomicU64::new(0),
+};
+
+/// A source whose deliveries time their acks into [`STEPS`].
+#[derive(Debug)]
+struct Timed(Box<dyn Source>);
+
+#[async_trait]
+impl Source for Timed {
+    async fn next(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Delivery>>, idem_broker::BrokerError> {
+        Ok(self
+            .0
+            .next(wait)
+            .await?
+            .map(|d| Box::new(TimedDelivery(d)) as Box<dyn Delivery>))
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        self.0.heartbeat()
+    }
+}
+
+#[derive(Debug)]
+struct TimedDelivery(Box<dyn Delivery>);
+
+#[async_trait]
+impl Delivery for TimedDelivery {
+    fn message_id(&self) -> Option<&str> {
+        self.0.message_id()
+    }
+    fn payload(&self) -> &[u8] {
+        self.0.payload()
+    }
+    fn delivery_count(&self) -> u32 {
+        self.0.delivery_count()
+    }
+    fn locator(&self) -> String {
+        self.0.locator()
+    }
+    async fn ack(&self) -> Result<(), idem_broker::BrokerError> {
+        let began = Instant::now();
+        let acked = self.0.ack().await;
+        Steps::add(&STEPS.ack, began);
+        acked
+    }
+    async fn retry(&self, delay: Duration) -> Result<(), idem_broker::BrokerError> {
+        self.0.retry(delay).await
+    }
+    async fn dead_letter(&self, reason: &str) -> Result<(), idem_broker::BrokerError> {
+        self.0.dead_letter(reason).await
+    }
+    async fn in_progress(&self) -> Result<(), idem_broker::BrokerError> {
+        self.0.in_progress().await
     }
 }
 
@@ -284,7 +398,18 @@ impl<'a> Lane<'a> {
     }
 
     async fn source(&self) -> Result<(Box<dyn Source>, Option<lapin::Connection>), BoxError> {
-        let batch = self.args.concurrency;
+        let (source, connection) = self.untimed_source().await?;
+        Ok((Box::new(Timed(source)), connection))
+    }
+
+    async fn untimed_source(
+        &self,
+    ) -> Result<(Box<dyn Source>, Option<lapin::Connection>), BoxError> {
+        let batch = self
+            .args
+            .prefetch
+            .unwrap_or(2 * self.args.concurrency)
+            .max(1);
         Ok(match self.broker {
             Broker::Nats => (
                 Box::new(
@@ -369,10 +494,13 @@ impl<'a> Lane<'a> {
         move || {
             let (mut connection, key) = (connection.clone(), key.clone());
             Box::pin(async move {
-                redis::cmd("INCR")
+                let began = Instant::now();
+                let done = redis::cmd("INCR")
                     .arg(&key)
                     .query_async::<()>(&mut connection)
-                    .await
+                    .await;
+                Steps::add(&STEPS.work, began);
+                done
             })
         }
     }
@@ -385,9 +513,31 @@ impl<'a> Lane<'a> {
         let slots = Arc::new(Semaphore::new(self.args.concurrency));
         let mut running = JoinSet::new();
         let began = Instant::now();
-        while done.load(Ordering::Relaxed) < self.args.messages {
-            let slot = slots.clone().acquire_owned().await?;
-            if let Some(delivery) = source.next(Duration::from_millis(100)).await? {
+        // The same stop as the idem run's: polled every millisecond, and
+        // it ends a wait for a delivery at once (the last messages are not
+        // followed by a poll's full wait).
+        let target = self.args.messages;
+        let stop = {
+            let done = done.clone();
+            async move {
+                while done.load(Ordering::Relaxed) < target {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        };
+        tokio::pin!(stop);
+        loop {
+            let slot = tokio::select! {
+                biased;
+                () = &mut stop => break,
+                slot = slots.clone().acquire_owned() => slot?,
+            };
+            let next = tokio::select! {
+                biased;
+                () = &mut stop => break,
+                next = source.next(Duration::from_millis(100)) => next?,
+            };
+            if let Some(delivery) = next {
                 let (work, done) = (work.clone(), done.clone());
                 running.spawn(async move {
                     let _slot = slot;
@@ -399,7 +549,9 @@ impl<'a> Lane<'a> {
             while running.try_join_next().is_some() {}
         }
         while running.join_next().await.is_some() {}
-        Ok(self.args.messages as f64 / began.elapsed().as_secs_f64())
+        let rate = self.args.messages as f64 / began.elapsed().as_secs_f64();
+        settle_pulls().await;
+        Ok(rate)
     }
 
     /// idem's consumer on `idem`. Returns messages/s.
@@ -430,8 +582,17 @@ impl<'a> Lane<'a> {
                 }
             })
             .await?;
-        Ok(self.args.messages as f64 / began.elapsed().as_secs_f64())
+        let rate = self.args.messages as f64 / began.elapsed().as_secs_f64();
+        settle_pulls().await;
+        Ok(rate)
     }
+}
+
+/// Waits out a JetStream pull left open by a stopped run (it expires
+/// after the 100 ms poll): messages published for the next run while it
+/// is open go to it and come back only after the 30 s ack wait.
+async fn settle_pulls() {
+    tokio::time::sleep(Duration::from_millis(250)).await;
 }
 
 async fn store(
@@ -488,7 +649,8 @@ async fn main() -> Result<(), BoxError> {
         for store_name in &args.stores {
             let (mut raw, mut first, mut replay, mut ops_first, mut ops_replay) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..args.reps {
+            let (mut raw_steps, mut idem_steps) = (Vec::new(), Vec::new());
+            for rep in 0..args.reps {
                 let lane = match Lane::new(&args, broker).await {
                     Ok(lane) => lane,
                     Err(e) if std::env::var_os("CI").is_none() => {
@@ -497,22 +659,48 @@ async fn main() -> Result<(), BoxError> {
                     }
                     Err(e) => return Err(e),
                 };
-                lane.publish_all().await?;
-                raw.push(lane.raw().await?);
+                // The raw run goes first in even repetitions and last in
+                // odd ones, so neither side always meets a warmer broker.
+                if rep % 2 == 0 {
+                    lane.publish_all().await?;
+                    raw.push(lane.raw().await?);
+                    raw_steps.push(STEPS.take(args.messages));
+                }
                 let ops = Arc::new(AtomicU64::new(0));
                 let (idem, _dir) = store(&args, store_name, ops.clone()).await?;
                 lane.publish_all().await?;
+                STEPS.take(args.messages);
                 first.push(lane.idem(idem.clone()).await?);
+                idem_steps.push(STEPS.take(args.messages));
                 ops_first.push(ops.swap(0, Ordering::Relaxed) as f64 / args.messages as f64);
                 lane.publish_all().await?;
                 replay.push(lane.idem(idem).await?);
                 ops_replay.push(ops.swap(0, Ordering::Relaxed) as f64 / args.messages as f64);
+                if rep % 2 == 1 {
+                    lane.publish_all().await?;
+                    STEPS.take(args.messages);
+                    raw.push(lane.raw().await?);
+                    raw_steps.push(STEPS.take(args.messages));
+                }
                 lane.cleanup().await?;
             }
             if raw.is_empty() {
                 continue;
             }
             let (raw, first) = (median(raw), median(first));
+            if args.steps {
+                for (name, steps, rate) in [("raw", &raw_steps, raw), ("idem", &idem_steps, first)]
+                {
+                    let step = |i: usize| median(steps.iter().map(|s| s[i]).collect());
+                    println!(
+                        "steps {broker} {store_name} {name}: store {:.3} ms, work {:.3} ms, ack {:.3} ms, cycle {:.3} ms",
+                        step(0),
+                        step(1),
+                        step(2),
+                        args.concurrency as f64 * 1e3 / rate
+                    );
+                }
+            }
             println!(
                 "{:<8} {:<7} {:>10.0} {:>10.0} {:>6.2} {:>11.0} {:>9.2} {:>11.2}",
                 broker.to_string(),

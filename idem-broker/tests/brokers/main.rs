@@ -4,6 +4,7 @@
 
 mod child;
 mod delivery;
+mod inbox;
 mod support;
 
 use std::sync::{Mutex, OnceLock};
@@ -221,6 +222,73 @@ async fn a_failed_message_is_retried_until_it_succeeds(kind: Kind) {
 async fn a_failed_message_is_retried_until_it_succeeds_on_every_broker() {
     for kind in KINDS {
         a_failed_message_is_retried_until_it_succeeds(kind).await;
+    }
+}
+
+/// A second publish of a message whose first is still being handled meets
+/// a live lease on every delivery and is handed back each time; past the
+/// delivery limit it is still handed back, not parked, and once the first
+/// is recorded it is replayed and acked.
+async fn a_duplicate_waiting_out_a_long_handler_is_not_dead_lettered(kind: Kind) {
+    // Pins the consumer's read of the key past the delivery limit: without
+    // it the duplicate, delivered more than twice while the first ran,
+    // went to the dead letters.
+    let Some(fixture) = Fixture::new(kind, Duration::from_secs(2)).await else {
+        return;
+    };
+    fixture.publish("slow", b"{}").await;
+    // Past JetStream's 100 ms duplicate window in these fixtures.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fixture.publish("slow", b"{}").await;
+    let effects = fixture.effect_handler();
+    let handler = move |message: Message| {
+        let effects = effects.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            idem_broker::Handler::handle(&effects, &message).await
+        }
+    };
+    // A short lease: the duplicate is handed back for at most 600 ms at a
+    // time, so it is delivered more than twice while the first runs.
+    let idem = fixture.idem(Duration::from_millis(600)).await;
+    let consumer = Consumer::new(idem).with_config(quick().with_max_deliveries(2));
+    // One consumer for the whole of the first handler's run (the drain
+    // below restarts RabbitMQ's consumer every 600 ms).
+    let source = fixture.source("long").await;
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    let run = {
+        let (consumer, handler, stop) = (consumer.clone(), handler.clone(), stop.clone());
+        tokio::spawn(async move {
+            consumer
+                .run(source, handler, async move { stop.notified().await })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.notify_one();
+    run.await.unwrap().unwrap();
+    fixture
+        .drain(&consumer, handler, Duration::from_secs(30), |e| {
+            e.len() == 1
+        })
+        .await;
+    assert_eq!(fixture.effects().await.get("slow"), Some(&1), "{kind:?}");
+    assert!(
+        fixture.dead_letters().await.is_empty(),
+        "{kind:?}: {:?}",
+        fixture.dead_letters().await
+    );
+    assert_eq!(consumer.stats().of(Outcome::Handled), 1, "{kind:?}");
+    assert_eq!(consumer.stats().of(Outcome::Replayed), 1, "{kind:?}");
+    // Handed back on its first 2 deliveries and past the limit at least once.
+    let retried = consumer.stats().of(Outcome::Retried);
+    assert!(retried >= 3, "{kind:?}: retried {retried}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_waiting_out_a_long_handler_is_not_dead_lettered_on_every_broker() {
+    for kind in KINDS {
+        a_duplicate_waiting_out_a_long_handler_is_not_dead_lettered(kind).await;
     }
 }
 

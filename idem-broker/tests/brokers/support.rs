@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
+use idem_broker::enqueue::{AmqpPublisher, JetStreamPublisher, Publish, RedisStreamPublisher};
 use idem_broker::{
     amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, Handler, Source,
 };
@@ -269,6 +270,68 @@ impl Fixture {
                 .await
                 .unwrap();
             }
+        }
+    }
+
+    /// A publisher to this fixture's stream, queue or subject.
+    pub(crate) async fn publisher(&self) -> Box<dyn Publish> {
+        match self.kind {
+            Kind::Nats => Box::new(JetStreamPublisher::new(
+                self.nats.clone().unwrap(),
+                format!("{}.in", self.name),
+            )),
+            Kind::Amqp => Box::new(
+                AmqpPublisher::new(self.amqp.as_ref().unwrap(), "", &self.name)
+                    .await
+                    .unwrap(),
+            ),
+            Kind::Streams => Box::new(
+                RedisStreamPublisher::new(
+                    &redis::Client::open(self.redis_url.as_str()).unwrap(),
+                    &self.stream_key(),
+                )
+                .await
+                .unwrap(),
+            ),
+        }
+    }
+
+    /// How many messages were published to the broker. JetStream (limits
+    /// retention) and Streams keep acked messages; a RabbitMQ queue counts
+    /// its ready ones only, so call this before anything consumes.
+    pub(crate) async fn published(&self) -> u64 {
+        match self.kind {
+            Kind::Nats => {
+                let mut stream = self
+                    .nats
+                    .as_ref()
+                    .unwrap()
+                    .get_stream(&self.name)
+                    .await
+                    .unwrap();
+                stream.info().await.unwrap().state.messages
+            }
+            Kind::Amqp => {
+                let channel = self.amqp.as_ref().unwrap().create_channel().await.unwrap();
+                let queue = channel
+                    .queue_declare(
+                        &self.name,
+                        QueueDeclareOptions {
+                            passive: true,
+                            ..Default::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .unwrap();
+                let _ = channel.close(200, "counted").await;
+                u64::from(queue.message_count())
+            }
+            Kind::Streams => redis::cmd("XLEN")
+                .arg(self.stream_key())
+                .query_async(&mut self.redis.clone())
+                .await
+                .unwrap(),
         }
     }
 

@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use idem_http::Problem;
 
-use crate::queue::{Enqueued, JobId, NewJob, Queue, QueueError};
+use crate::enqueue::{Enqueue, Shared};
+use crate::queue::{Enqueued, JobId, NewJob, QueueError};
 use crate::verify::{Verifier, VerifyError};
 
 #[cfg(feature = "actix")]
@@ -37,7 +38,7 @@ pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 pub struct Receiver {
     source: String,
     verifier: Arc<dyn Verifier>,
-    queue: Arc<dyn Queue>,
+    queue: Arc<dyn Enqueue>,
     pointer: Option<String>,
     max_body: usize,
 }
@@ -117,16 +118,18 @@ impl Rejection {
 
 impl Receiver {
     /// A receiver for `source`'s deliveries, checked by `verifier`, queued
-    /// on `queue`.
-    pub fn new(
+    /// on `queue`: any [`Queue`](crate::queue::Queue) (`Arc<SqliteQueue>`,
+    /// `Arc<dyn Queue>`, …) or another [`Enqueue`] target, such as a
+    /// broker publisher from idem-broker.
+    pub fn new<Q: Enqueue + ?Sized>(
         source: impl Into<String>,
         verifier: impl Verifier,
-        queue: Arc<dyn Queue>,
+        queue: Arc<Q>,
     ) -> Receiver {
         Receiver {
             source: source.into(),
             verifier: Arc::new(verifier),
-            queue,
+            queue: Arc::new(Shared(queue)),
             pointer: None,
             max_body: DEFAULT_MAX_BODY,
         }
