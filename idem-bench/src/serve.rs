@@ -172,11 +172,14 @@ fn actix_answer() -> HttpResponse {
         .body(fixture::outcome_body())
 }
 
-async fn actix_pay() -> HttpResponse {
+// Both actix handlers take the body: actix closes a keep-alive connection
+// whose request body was left unread, which would charge the control a new
+// connection per request.
+async fn actix_pay(_body: web::Bytes) -> HttpResponse {
     actix_answer()
 }
 
-async fn actix_control(data: web::Data<(Backend, String)>) -> HttpResponse {
+async fn actix_control(data: web::Data<(Backend, String)>, _body: web::Bytes) -> HttpResponse {
     let (backend, key) = data.get_ref();
     if backend.control(key).await {
         actix_answer()
