@@ -28,5 +28,6 @@
 
 mod body;
 mod middleware;
+mod uncancelled;
 
 pub use middleware::{IdempotencyMiddleware, IdempotencyService};

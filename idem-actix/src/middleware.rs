@@ -15,9 +15,10 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use idem_core::{Idempotent, Store};
-use idem_http::{fingerprint, Admission, Options, Problem, Reply};
+use idem_http::{lazy_fingerprint, Admission, Options, Problem, Reply};
 
 use crate::body::Body;
+use crate::uncancelled::{Panicked, Uncancelled};
 
 type ScopeFn = dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync;
 
@@ -28,8 +29,10 @@ type ScopeFn = dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync;
 ///
 /// Every option, status and problem document is the same as
 /// `idem_tower::IdempotencyLayer`'s (see there for the full table). The
-/// handler runs in a local task of its own (`actix_web::rt::spawn`), so a
-/// client that disconnects does not cancel it or its recording.
+/// exchange runs in the request's own future; if a client disconnects and
+/// actix drops that future, what is left of the claim, the handler and its
+/// recording goes on in a local task (`actix_web::rt::spawn`) on the same
+/// worker, so a hang-up cancels none of them.
 #[derive(Clone)]
 pub struct IdempotencyMiddleware {
     options: Options,
@@ -168,8 +171,10 @@ where
             .scoped(extract(&request).unwrap_or_default()),
         None => options.idempotent().clone(),
     };
-    let uri: Uri = request.uri().to_string().parse().unwrap_or_default();
-    let fingerprint = fingerprint(&method, &uri, &headers, &body);
+    // The fingerprint reads the path and query alone.
+    let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let uri = Uri::try_from(path_and_query).unwrap_or_default();
+    let fingerprint = lazy_fingerprint(&method, &uri, &headers, &body);
     let wait = options.wait_for(&headers);
     request.set_payload(Payload::from(body));
     // The request goes to the handler whole: actix routes it only while no
@@ -178,9 +183,13 @@ where
     let pending = Rc::new(RefCell::new(Some(request)));
     let answered = Rc::new(RefCell::new(None::<HttpRequest>));
     let (to_handler, from_handler) = (Rc::clone(&pending), Rc::clone(&answered));
-    // The exchange runs in a task of its own so that a client that hangs up
-    // cancels neither the claim, nor the handler, nor its recording.
-    let task = actix_web::rt::spawn(async move {
+    // From the claim on, nothing may be cancelled: a client that hangs up
+    // while the claim is in flight must not leave a claimed key that nobody
+    // will run or release, and one that hangs up mid-handler must not
+    // cancel the handler or its recording. The exchange runs in this
+    // future, and goes on in a local task if this future is dropped before
+    // it is done.
+    let exchange = Uncancelled::new(async move {
         let handler = || async move {
             let request = to_handler.borrow_mut().take();
             let request = request.ok_or_else(|| internal("the request was already handled"))?;
@@ -193,15 +202,15 @@ where
             .exchange_waiting(&idem, &key, fingerprint, wait, handler)
             .await
     });
-    let response = match task.await {
+    let response = match exchange.await {
         Ok(Ok(Reply::Whole(response))) => from_http(response.map(BoxBody::new)),
         Ok(Ok(Reply::Handler(response))) => from_http(response.map(|body| body.0)),
         Ok(Ok(_)) => return Err(internal("unknown reply")),
         Ok(Err(error)) => return Err(error),
-        Err(join) => {
+        Err(Panicked) => {
             // The side effect may have happened, so the key stays claimed
             // until its lease lapses rather than released.
-            tracing::error!(error = %join, "handler task failed; the key stays claimed until its lease lapses");
+            tracing::error!("the handler panicked; the key stays claimed until its lease lapses");
             return Err(internal("the handler failed"));
         }
     };

@@ -48,6 +48,14 @@ pub(crate) fn outcome_payload() -> Vec<u8> {
     serde_json::to_vec(&outcome()).unwrap_or_default()
 }
 
+/// The outcome payload as an HTTP handler sends it: made once, so that a
+/// handler's cost is the framework's, not the encoding of its answer.
+pub(crate) fn outcome_body() -> bytes::Bytes {
+    static BODY: std::sync::LazyLock<bytes::Bytes> =
+        std::sync::LazyLock::new(|| bytes::Bytes::from(outcome_payload()));
+    BODY.clone()
+}
+
 /// The body's fingerprint, computed once: the raw rows send a fixed one, so
 /// hashing the body counts as idem's cost, not the store's.
 pub(crate) fn fingerprint() -> Fingerprint {

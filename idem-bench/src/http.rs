@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
-use bytes::Bytes;
 use http::{header, StatusCode};
 use idem_core::{Idempotent, MemoryStore, Store};
 use idem_redis::RedisStore;
@@ -139,7 +138,7 @@ fn answer() -> impl IntoResponse {
     (
         StatusCode::CREATED,
         [(header::CONTENT_TYPE, "application/json")],
-        Bytes::from(fixture::outcome_payload()),
+        fixture::outcome_body(),
     )
 }
 

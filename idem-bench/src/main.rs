@@ -15,6 +15,7 @@ mod protocols;
 mod report;
 mod runner;
 mod scale;
+mod serve;
 mod stats;
 mod stores;
 mod wake;
@@ -123,6 +124,18 @@ struct Args {
     /// round trip per request, from 32 keep-alive connections.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_missing_value = "memory,redis")]
     http: Option<Vec<String>>,
+
+    /// Serve the HTTP mode's apps instead of measuring, for an external
+    /// load generator: axum and actix-web behind the layer and each
+    /// framework's control, over `memory` or `redis`; prints one line
+    /// `serving <name> <url>` per server and runs until stopped. See
+    /// `idem-bench/wrk/`.
+    #[arg(long, value_name = "BACKEND")]
+    serve_http: Option<String>,
+
+    /// First port of --serve-http's four servers (free ports when 0).
+    #[arg(long, default_value_t = 0)]
+    serve_port: u16,
 
     /// Measure wake-ups instead: how soon a waiter returns after the owner
     /// completes, woken by the store's notifications and polling only, on
@@ -314,6 +327,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(backend) = &args.serve_http {
+        let served = serve::run(backend, &args.redis_url, args.serve_port, &plan.tag);
+        return match runtime.block_on(served) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("idem-bench: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(trials) = args.wake {
         let stores: Vec<&str> = args.stores.iter().map(|s| s.trim()).collect();
         let urls = (

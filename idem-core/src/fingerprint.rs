@@ -1,6 +1,8 @@
 //! Fingerprints: SHA-256 of what a request means, under a numbered scheme.
 
 use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -73,12 +75,11 @@ impl Fingerprint {
     /// `["a", "bc"]`). The HTTP layer uses method, path and query, content
     /// type and body. Scheme 1.
     pub fn of_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Fingerprint {
-        let mut hasher = Sha256::new();
+        let mut hasher = PartsHasher::new();
         for part in parts {
-            hasher.update((part.len() as u64).to_be_bytes());
             hasher.update(part);
         }
-        Fingerprint::from_bytes(hasher.finalize().into())
+        hasher.finish()
     }
 
     /// Wraps a scheme-1 digest, as stores read them back before schemes
@@ -182,17 +183,130 @@ impl fmt::Display for Fingerprint {
     }
 }
 
+/// [`Fingerprint::of_parts`] a part at a time, so that fingerprints whose
+/// parts begin alike can share the hashing of what they share: clone it
+/// after the common parts and finish each clone with its own.
+///
+/// ```
+/// use idem_core::{Fingerprint, PartsHasher};
+///
+/// let mut request = PartsHasher::new();
+/// request.update(b"POST");
+/// request.update(b"/payments");
+/// let mut with_body = request.clone();
+/// with_body.update(b"{}");
+/// assert_eq!(with_body.finish(), Fingerprint::of_parts([&b"POST"[..], b"/payments", b"{}"]));
+/// ```
+#[derive(Clone, Default)]
+pub struct PartsHasher {
+    hasher: Sha256,
+    parts: u64,
+}
+
+impl PartsHasher {
+    /// A hasher that has seen no part yet.
+    pub fn new() -> PartsHasher {
+        PartsHasher::default()
+    }
+
+    /// Adds the next part, prefixed by its length.
+    pub fn update(&mut self, part: &[u8]) {
+        self.hasher.update((part.len() as u64).to_be_bytes());
+        self.hasher.update(part);
+        self.parts += 1;
+    }
+
+    /// The fingerprint of the parts so far, scheme 1.
+    pub fn finish(self) -> Fingerprint {
+        Fingerprint::from_bytes(self.hasher.finalize().into())
+    }
+}
+
+impl fmt::Debug for PartsHasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartsHasher")
+            .field("parts", &self.parts)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A request's fingerprint, and the fingerprints of the same request under
 /// older schemes, which a record made under one of those still matches.
 /// New records get the [`current`](Fingerprints::current) one.
 ///
 /// Built from one [`Fingerprint`] (`.into()`), or with
-/// [`Fingerprint::also_matching`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`Fingerprint::also_matching`]. An older fingerprint that costs
+/// something to compute can be given as a function
+/// ([`or_lazily`](Fingerprints::or_lazily)): it runs only when a record of
+/// its scheme is found, at most once however often the fingerprints are
+/// cloned or compared. Most hits find a record of the current scheme, and
+/// a first execution finds none, so neither pays for it.
+#[derive(Clone)]
 pub struct Fingerprints {
     current: Fingerprint,
-    older: Vec<Fingerprint>,
+    older: Vec<Older>,
 }
+
+/// An older scheme's fingerprint, as given or still to be computed.
+#[derive(Clone)]
+enum Older {
+    Given(Fingerprint),
+    Lazy {
+        scheme: u8,
+        value: Arc<dyn Deref<Target = Fingerprint> + Send + Sync>,
+    },
+}
+
+impl Older {
+    fn scheme(&self) -> u8 {
+        match self {
+            Older::Given(fingerprint) => fingerprint.scheme(),
+            Older::Lazy { scheme, .. } => *scheme,
+        }
+    }
+
+    fn value(&self) -> Fingerprint {
+        match self {
+            Older::Given(fingerprint) => *fingerprint,
+            Older::Lazy { value, .. } => ***value,
+        }
+    }
+}
+
+impl fmt::Debug for Older {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Older::Given(fingerprint) => fingerprint.fmt(f),
+            // Printing must not run the computation it stands for.
+            Older::Lazy { scheme, .. } => write!(f, "Fingerprint(s{scheme}: computed when needed)"),
+        }
+    }
+}
+
+impl fmt::Debug for Fingerprints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fingerprints")
+            .field("current", &self.current)
+            .field("older", &self.older)
+            .finish()
+    }
+}
+
+/// Equal when they hold the same fingerprints in the same order; comparing
+/// computes the lazy ones.
+impl PartialEq for Fingerprints {
+    fn eq(&self, other: &Fingerprints) -> bool {
+        self.current == other.current
+            && self.older.len() == other.older.len()
+            && self
+                .older
+                .iter()
+                .zip(&other.older)
+                .all(|(a, b)| a.scheme() == b.scheme() && a.value() == b.value())
+    }
+}
+
+impl Eq for Fingerprints {}
 
 impl Fingerprints {
     /// Just `current`.
@@ -207,7 +321,25 @@ impl Fingerprints {
     /// `older`'s. A second fingerprint of a scheme already held replaces
     /// nothing: the first one of each scheme decides.
     pub fn or(mut self, older: Fingerprint) -> Fingerprints {
-        self.older.push(older);
+        self.older.push(Older::Given(older));
+        self
+    }
+
+    /// Also accepts a record made under `scheme` whose digest is what
+    /// `compute` returns, calling it only when such a record is found (see
+    /// [`or`](Fingerprints::or) for the order of schemes). `compute` runs
+    /// at most once, shared by every clone; its fingerprint is taken under
+    /// `scheme` whatever scheme it was made with (0 is raised to 1).
+    pub fn or_lazily<F>(mut self, scheme: u8, compute: F) -> Fingerprints
+    where
+        F: FnOnce() -> Fingerprint + Send + 'static,
+    {
+        let scheme = scheme.max(Fingerprint::FIRST_SCHEME);
+        let value = LazyLock::new(move || compute().with_scheme(scheme));
+        self.older.push(Older::Lazy {
+            scheme,
+            value: Arc::new(value),
+        });
         self
     }
 
@@ -217,11 +349,16 @@ impl Fingerprints {
     }
 
     /// The fingerprint this request has under `scheme`, if it carries one.
+    /// An older one given with [`or_lazily`](Fingerprints::or_lazily) is
+    /// computed now if it has not been yet.
     pub fn in_scheme(&self, scheme: u8) -> Option<Fingerprint> {
-        std::iter::once(&self.current)
-            .chain(&self.older)
-            .find(|f| f.scheme() == scheme)
-            .copied()
+        if self.current.scheme() == scheme {
+            return Some(self.current);
+        }
+        self.older
+            .iter()
+            .find(|older| older.scheme() == scheme)
+            .map(Older::value)
     }
 
     /// Whether a record made with `stored` belongs to this request: the
@@ -302,5 +439,68 @@ mod tests {
             "a scheme the request does not carry never matches"
         );
         assert!(!Fingerprints::from(canonical).matches(&raw));
+    }
+
+    #[test]
+    fn a_lazy_older_fingerprint_is_computed_once_and_only_for_its_scheme() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+
+        let raw = Fingerprint::of_bytes(b"{\"b\":1, \"a\":2}");
+        let canonical = Fingerprint::of_bytes(b"{\"a\":2,\"b\":1}").with_scheme(2);
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&calls);
+        let request = Fingerprints::new(canonical).or_lazily(1, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            raw
+        });
+        let copy = request.clone();
+        assert!(format!("{request:?}").contains("computed when needed"));
+        assert!(request.matches(&canonical));
+        assert!(!request.matches(&raw.with_scheme(3)));
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "no scheme-1 record yet");
+        assert!(request.matches(&raw), "an old record still matches");
+        assert!(copy.matches(&raw));
+        assert!(!copy.matches(&Fingerprint::of_bytes(b"other")));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "computed once, shared by clones"
+        );
+        assert_eq!(request, canonical.also_matching(raw));
+        assert_ne!(
+            request,
+            canonical.also_matching(Fingerprint::of_bytes(b"other"))
+        );
+    }
+
+    #[test]
+    fn a_lazy_fingerprint_takes_the_scheme_it_was_given() {
+        let made = Fingerprint::of_bytes(b"a").with_scheme(5);
+        let request = Fingerprint::of_bytes(b"b")
+            .with_scheme(2)
+            .also_matching(Fingerprint::of_bytes(b"c").with_scheme(3))
+            .or_lazily(0, move || made);
+        assert_eq!(request.in_scheme(1), Some(Fingerprint::of_bytes(b"a")));
+        assert_eq!(request.in_scheme(5), None);
+        assert_eq!(
+            request.in_scheme(3),
+            Some(Fingerprint::of_bytes(b"c").with_scheme(3))
+        );
+    }
+
+    #[test]
+    fn parts_hashed_a_part_at_a_time_are_of_parts() {
+        let mut shared = PartsHasher::new();
+        shared.update(b"POST");
+        shared.update(b"");
+        let (mut a, mut b) = (shared.clone(), shared);
+        a.update(b"x");
+        b.update(b"yz");
+        assert_eq!(a.finish(), Fingerprint::of_parts([&b"POST"[..], b"", b"x"]));
+        assert_eq!(
+            b.finish(),
+            Fingerprint::of_parts([&b"POST"[..], b"", b"yz"])
+        );
+        assert_eq!(PartsHasher::new().finish(), Fingerprint::of_parts([]));
     }
 }

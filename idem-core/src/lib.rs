@@ -212,7 +212,7 @@ mod wake;
 
 pub use effects::Started;
 pub use error::{Error, When};
-pub use fingerprint::{Fingerprint, Fingerprints};
+pub use fingerprint::{Fingerprint, Fingerprints, PartsHasher};
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION, FALLBACK_POLL};
 pub use inspect::{page_limit, Inspect, KeyParts, Listed, Listing, Page, Stats, MAX_PAGE};
 pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOPE_LEN};

@@ -157,17 +157,20 @@ impl Options {
         B: ResponseBody,
     {
         let fingerprints = fingerprint.into();
-        let begun = self
-            .timed(idem.begin(key, fingerprints.clone()), When::BeforeWork)
-            .await;
-        let (begun, waited) = match (begun, wait) {
-            (Err(Error::InProgress { .. }), Some(wait)) => {
+        // Only a request that may wait claims twice and needs them again.
+        let (first, again) = match wait {
+            Some(_) => (fingerprints.clone(), Some(fingerprints)),
+            None => (fingerprints, None),
+        };
+        let begun = self.timed(idem.begin(key, first), When::BeforeWork).await;
+        let (begun, waited) = match (begun, wait, again) {
+            (Err(Error::InProgress { .. }), Some(wait), Some(fingerprints)) => {
                 let waiting = idem.clone().with_wait(wait);
                 let call = waiting.begin(key, fingerprints);
                 let bound = wait.saturating_add(self.store_timeout);
                 (self.timed_for(bound, call, When::BeforeWork).await, true)
             }
-            (begun, _) => (begun, false),
+            (begun, _, _) => (begun, false),
         };
         let reply = self.answer(key, begun, handler).await;
         if !waited {

@@ -2,9 +2,10 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_TYPE};
 use http::{Method, Uri};
-use idem_core::{Fingerprint, Fingerprints};
+use idem_core::{Fingerprint, Fingerprints, PartsHasher};
 
 use crate::transcode::JsonText;
 
@@ -33,14 +34,46 @@ pub fn raw_fingerprint(
 /// [`canonical_fingerprint`] (scheme [`SCHEME`]) that new records get,
 /// also matching a record written before under the [`raw_fingerprint`]
 /// (scheme 1), so that keys recorded by an earlier build keep replaying.
+///
+/// Both forms are computed at once; [`lazy_fingerprint`] is the same
+/// fingerprint with the raw form computed only when a record of scheme 1
+/// is found.
 pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Fingerprints {
     let request = Parts::new(method, uri, headers);
     let raw = request.raw(body);
     request
-        .canonical(headers, body)
+        .canonical(body)
         .unwrap_or(raw)
         .with_scheme(SCHEME)
         .also_matching(raw)
+}
+
+/// [`fingerprint`], with the [`raw_fingerprint`] (scheme 1) computed only
+/// when the claim finds a record of scheme 1, which only keys recorded by
+/// builds before canonical fingerprints hold. A first execution and the
+/// replay of a record written by this build hash the request once. The
+/// body is kept (a shared [`Bytes`], not a copy) until then.
+///
+/// A body that is not JSON hashes to the same digest in both forms, so it
+/// is hashed once either way.
+pub fn lazy_fingerprint(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Fingerprints {
+    let request = Parts::new(method, uri, headers);
+    match request.canonical(body) {
+        Some(canonical) => {
+            let (prefix, body) = (request.prefix, body.clone());
+            Fingerprints::new(canonical.with_scheme(SCHEME))
+                .or_lazily(Fingerprint::FIRST_SCHEME, move || raw_of(prefix, &body))
+        }
+        None => {
+            let raw = request.raw(body);
+            raw.with_scheme(SCHEME).also_matching(raw)
+        }
+    }
 }
 
 /// What the request means: [`Fingerprint::of_parts`] over the method, the
@@ -64,50 +97,52 @@ pub fn canonical_fingerprint(
 ) -> Fingerprint {
     let request = Parts::new(method, uri, headers);
     request
-        .canonical(headers, body)
+        .canonical(body)
         .unwrap_or_else(|| request.raw(body))
         .with_scheme(SCHEME)
 }
 
-/// The parts both forms hash before the body, each read once.
-struct Parts<'a> {
-    method: &'a str,
-    path_and_query: &'a str,
-    content_type: Cow<'a, [u8]>,
+/// The parts both forms hash before the body (method, path and query,
+/// `Content-Type`), read once and hashed once.
+struct Parts {
+    prefix: PartsHasher,
+    json: bool,
 }
 
-impl<'a> Parts<'a> {
-    fn new(method: &'a Method, uri: &'a Uri, headers: &'a HeaderMap) -> Parts<'a> {
+impl Parts {
+    fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Parts {
+        let mut prefix = PartsHasher::new();
+        prefix.update(method.as_str().as_bytes());
+        prefix.update(path_and_query(uri).as_bytes());
+        prefix.update(&content_type(headers));
         Parts {
-            method: method.as_str(),
-            path_and_query: path_and_query(uri),
-            content_type: content_type(headers),
+            prefix,
+            json: is_json(headers),
         }
-    }
-
-    fn of(&self, body: &[u8]) -> Fingerprint {
-        Fingerprint::of_parts([
-            self.method.as_bytes(),
-            self.path_and_query.as_bytes(),
-            &self.content_type,
-            body,
-        ])
     }
 
     /// Scheme 1: the body as it is.
     fn raw(&self, body: &[u8]) -> Fingerprint {
-        self.of(body)
+        raw_of(self.prefix.clone(), body)
     }
 
     /// A JSON body by its canonical digest, parsed as it is hashed (see
     /// `transcode`); `None` for a body that is not JSON, which the
     /// canonical form hashes as `raw` does.
-    fn canonical(&self, headers: &HeaderMap, body: &[u8]) -> Option<Fingerprint> {
-        is_json(headers)
-            .then(|| Fingerprint::of_json(&JsonText(body)).ok())
-            .flatten()
-            .map(|digest| self.of(digest.as_bytes()))
+    fn canonical(&self, body: &[u8]) -> Option<Fingerprint> {
+        if !self.json {
+            return None;
+        }
+        let digest = Fingerprint::of_json(&JsonText(body)).ok()?;
+        let mut hasher = self.prefix.clone();
+        hasher.update(digest.as_bytes());
+        Some(hasher.finish())
     }
+}
+
+fn raw_of(mut prefix: PartsHasher, body: &[u8]) -> Fingerprint {
+    prefix.update(body);
+    prefix.finish()
 }
 
 fn path_and_query(uri: &Uri) -> &str {
@@ -230,6 +265,32 @@ mod tests {
             of("POST", "/p", "application/json", b"[1,2]"),
             of("POST", "/p", "application/json", b"[2,1]")
         );
+    }
+
+    #[test]
+    fn the_lazy_fingerprint_is_the_fingerprint() {
+        for (ct, body) in [
+            ("application/json", &br#"{"b":[1,2.5,"x"],"a":null}"#[..]),
+            ("application/json", b"{not json"),
+            ("application/merge-patch+json", b" [ ] "),
+            ("text/plain", b"hello"),
+            ("", b""),
+        ] {
+            let p = parts("POST", "/p?q=1", ct);
+            let body = Bytes::copy_from_slice(body);
+            let lazy = lazy_fingerprint(&p.method, &p.uri, &p.headers, &body);
+            let raw = raw_fingerprint(&p.method, &p.uri, &p.headers, &body);
+            assert!(lazy.matches(&canonical_fingerprint(&p.method, &p.uri, &p.headers, &body)));
+            assert!(
+                lazy.matches(&raw),
+                "{ct}: a record of scheme 1 still matches"
+            );
+            assert_eq!(
+                lazy,
+                fingerprint(&p.method, &p.uri, &p.headers, &body),
+                "{ct}"
+            );
+        }
     }
 
     #[test]

@@ -77,7 +77,9 @@ mod transcode;
 pub use http;
 
 pub use exchange::{Admission, BoxError, Collected, Reply, ResponseBody};
-pub use fingerprint::{canonical_fingerprint, fingerprint, raw_fingerprint, SCHEME};
+pub use fingerprint::{
+    canonical_fingerprint, fingerprint, lazy_fingerprint, raw_fingerprint, SCHEME,
+};
 pub use header::{client_key, KeyHeaderError};
 pub use options::{Options, DEFAULT_MAX_WAIT};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};

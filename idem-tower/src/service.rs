@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idem_http::{fingerprint, Admission, Problem, Reply};
+use idem_http::{lazy_fingerprint, Admission, Problem, Reply};
 use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
@@ -116,7 +116,7 @@ where
             .scoped(extract(&parts).unwrap_or_default()),
         None => options.idempotent().clone(),
     };
-    let fingerprint = fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+    let fingerprint = lazy_fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
     let wait = options.wait_for(&parts.headers);
     let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, nothing may be cancelled: a client that hangs up
