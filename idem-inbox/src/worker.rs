@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
+use crate::completer::Completer;
 use crate::handler::{Event, Handler, HandlerError};
 use crate::queue::{Job, Queue, QueueError};
 
@@ -113,7 +114,11 @@ pub enum Outcome {
 ///   once; the worker claims only as many jobs as it has room for.
 /// * The queue lease is renewed while the handler runs; idem's own lease
 ///   on the event's key is renewed by `execute`.
-/// * `Ok` completes the job. A redelivered job whose handler already
+/// * `Ok` completes the job. Completions of jobs that finish while
+///   another completion is on its way are sent together as one
+///   [`Queue::complete_many`] (one statement on PostgreSQL, one commit on
+///   SQLite), each still fenced by its own token; a lone completion goes
+///   at once. A redelivered job whose handler already
 ///   succeeded (the worker died between the handler and the completion)
 ///   replays the recorded success and completes without running again.
 /// * A retryable error puts the job back after [`Backoff`] (or the error's
@@ -144,6 +149,7 @@ pub enum Outcome {
 /// cost.
 pub struct Worker {
     queue: Arc<dyn Queue>,
+    completer: Arc<Completer>,
     idem: Idempotent,
     handler: Arc<dyn Handler>,
     config: WorkerConfig,
@@ -163,6 +169,7 @@ impl Worker {
     /// `handler`.
     pub fn new(queue: Arc<dyn Queue>, idem: Idempotent, handler: impl Handler) -> Worker {
         Worker {
+            completer: Arc::new(Completer::new(Arc::clone(&queue))),
             queue,
             idem,
             handler: Arc::new(handler),
@@ -227,6 +234,7 @@ impl Worker {
                 };
                 let ctx = JobContext {
                     queue: Arc::clone(&self.queue),
+                    completer: Arc::clone(&self.completer),
                     idem: self.idem.clone(),
                     handler: Arc::clone(&self.handler),
                     config: self.config.clone(),
@@ -262,6 +270,7 @@ impl Worker {
         for job in jobs {
             let ctx = JobContext {
                 queue: Arc::clone(&self.queue),
+                completer: Arc::clone(&self.completer),
                 idem: self.idem.clone(),
                 handler: Arc::clone(&self.handler),
                 config: self.config.clone(),
@@ -304,6 +313,7 @@ pub async fn handle_once(
 
 struct JobContext {
     queue: Arc<dyn Queue>,
+    completer: Arc<Completer>,
     idem: Idempotent,
     handler: Arc<dyn Handler>,
     config: WorkerConfig,
@@ -401,7 +411,7 @@ impl JobContext {
 
     async fn settle(&self, job: &Job, verdict: Verdict) -> Result<Outcome, QueueError> {
         let (settle, outcome) = match verdict {
-            Verdict::Complete => (self.queue.complete(job).await?, Outcome::Completed),
+            Verdict::Complete => (self.completer.complete(job).await?, Outcome::Completed),
             Verdict::Retry { delay, error } => (
                 self.queue.retry(job, delay, &error).await?,
                 Outcome::Retried,

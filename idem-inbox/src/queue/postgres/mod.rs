@@ -1,5 +1,8 @@
 //! The PostgreSQL queue.
 
+mod group;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,12 +26,23 @@ const DEFAULT_TABLE: &str = "idem_inbox_jobs";
 /// WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent
 /// workers take disjoint batches without waiting on each other. Tokens are
 /// `gen_random_uuid()` (PostgreSQL 13 or later).
+///
+/// Enqueues are grouped: those that arrive while another group is on its
+/// way to the server are inserted together by one statement, in one
+/// commit, and each caller gets its own answer once it is durable — which
+/// is what keeps a busy receiver's acknowledgements short. A group's rows
+/// are inserted in (source, event id) order, so two groups from different
+/// processes cannot deadlock; a group that fails is retried one enqueue
+/// at a time, so every caller gets its own error.
 #[derive(Debug, Clone)]
 pub struct PostgresQueue {
     pool: PgPool,
     table: String,
     retention: Duration,
-    sql: Sql,
+    sql: Arc<Sql>,
+    /// Enqueues waiting for the next group; a queue with another table or
+    /// retention gets its own.
+    group: Arc<group::Group>,
 }
 
 /// The statements, built once from the validated table name.
@@ -36,10 +50,13 @@ pub struct PostgresQueue {
 struct Sql {
     schema: [String; 3],
     enqueue: String,
+    enqueue_many: String,
     duplicate: String,
+    duplicates: String,
     claim: String,
     heartbeat: String,
     complete: String,
+    complete_many: String,
     retry: String,
     release: String,
     dead_letter: String,
@@ -94,7 +111,26 @@ impl Sql {
                  WHERE j.state = 'done' AND j.dedupe_until <= now()
                  RETURNING id"
             ),
+            enqueue_many: format!(
+                "INSERT INTO {t} AS j
+                     (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
+                 SELECT s, e, p, 'pending', 0, now() + d * interval '1 millisecond', '[]',
+                        now() + $5::float8 * interval '1 millisecond'
+                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
+                      WITH ORDINALITY AS n(s, e, p, d, i)
+                 ORDER BY i
+                 ON CONFLICT (source, event_id) DO UPDATE SET
+                     payload = excluded.payload, state = 'pending', attempts = 0,
+                     run_after = excluded.run_after, lease_until = NULL, token = NULL,
+                     last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
+                 WHERE j.state = 'done' AND j.dedupe_until <= now()
+                 RETURNING id, source, event_id"
+            ),
             duplicate: format!("SELECT id FROM {t} WHERE source = $1 AND event_id = $2"),
+            duplicates: format!(
+                "SELECT id, source, event_id FROM {t}
+                 WHERE (source, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+            ),
             claim: format!(
                 "UPDATE {t}
                  SET state = 'running', attempts = attempts + 1,
@@ -114,6 +150,13 @@ impl Sql {
             ),
             complete: format!(
                 "UPDATE {t} SET state = 'done', token = NULL, lease_until = NULL, run_after = now() {fence}"
+            ),
+            complete_many: format!(
+                "UPDATE {t} AS j
+                 SET state = 'done', token = NULL, lease_until = NULL, run_after = now()
+                 FROM unnest($1::bigint[], $2::bytea[]) AS c(id, token)
+                 WHERE j.id = c.id AND j.token = c.token AND j.state = 'running'
+                 RETURNING c.id, c.token"
             ),
             retry: format!(
                 "UPDATE {t}
@@ -169,7 +212,8 @@ impl PostgresQueue {
             pool,
             table: DEFAULT_TABLE.to_owned(),
             retention: DEFAULT_RETENTION,
-            sql: Sql::new(DEFAULT_TABLE),
+            sql: Arc::new(Sql::new(DEFAULT_TABLE)),
+            group: Arc::default(),
         }
     }
 
@@ -181,13 +225,15 @@ impl PostgresQueue {
             return Err(QueueError::InvalidName(name.to_owned()));
         }
         self.table = name.to_owned();
-        self.sql = Sql::new(name);
+        self.sql = Arc::new(Sql::new(name));
+        self.group = Arc::default();
         Ok(self)
     }
 
     /// How long a completed event is remembered (default three days).
     pub fn with_retention(mut self, retention: Duration) -> PostgresQueue {
         self.retention = retention;
+        self.group = Arc::default();
         self
     }
 
@@ -210,6 +256,35 @@ impl PostgresQueue {
                 .map_err(backend)?;
         }
         Ok(())
+    }
+
+    /// One enqueue in its own statements: what a group falls back to.
+    async fn enqueue_alone(&self, job: NewJob) -> Result<Enqueued, QueueError> {
+        let inserted: Option<i64> = sqlx::query_scalar(&self.sql.enqueue)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .bind(&job.payload)
+            .bind(millis(job.delay) as f64)
+            .bind(millis(self.retention) as f64)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        if let Some(id) = inserted {
+            return Ok(Enqueued::New(JobId::new(id.to_string())));
+        }
+        // The conflicting row is committed (ON CONFLICT waited for it), and
+        // only a purge of a completed, expired job removes rows, so it is
+        // there to be read unless a purge ran in between.
+        let held: Option<i64> = sqlx::query_scalar(&self.sql.duplicate)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        match held {
+            Some(id) => Ok(Enqueued::Duplicate(JobId::new(id.to_string()))),
+            None => Box::pin(self.enqueue_alone(job)).await,
+        }
     }
 
     async fn fenced(&self, sql: &str, job: &Job, extra: Extra<'_>) -> Result<Settle, QueueError> {
@@ -281,31 +356,7 @@ fn info(row: &PgRow) -> Result<JobInfo, QueueError> {
 #[async_trait]
 impl Queue for PostgresQueue {
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
-        let inserted: Option<i64> = sqlx::query_scalar(&self.sql.enqueue)
-            .bind(&job.source)
-            .bind(&job.event_id)
-            .bind(&job.payload)
-            .bind(millis(job.delay) as f64)
-            .bind(millis(self.retention) as f64)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        if let Some(id) = inserted {
-            return Ok(Enqueued::New(JobId::new(id.to_string())));
-        }
-        // The conflicting row is committed (ON CONFLICT waited for it), and
-        // only a purge of a completed, expired job removes rows, so it is
-        // there to be read unless a purge ran in between.
-        let held: Option<i64> = sqlx::query_scalar(&self.sql.duplicate)
-            .bind(&job.source)
-            .bind(&job.event_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        match held {
-            Some(id) => Ok(Enqueued::Duplicate(JobId::new(id.to_string()))),
-            None => Box::pin(self.enqueue(job)).await,
-        }
+        self.enqueue_grouped(job).await
     }
 
     async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Job>, QueueError> {
@@ -331,6 +382,38 @@ impl Queue for PostgresQueue {
 
     async fn complete(&self, job: &Job) -> Result<Settle, QueueError> {
         self.fenced(&self.sql.complete, job, Extra::None).await
+    }
+
+    async fn complete_many(&self, jobs: &[Job]) -> Result<Vec<Settle>, QueueError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = jobs.iter().map(|job| parse_id(&job.id)).collect();
+        let tokens: Vec<Vec<u8>> = jobs
+            .iter()
+            .map(|job| job.token.as_bytes().to_vec())
+            .collect();
+        // One statement: each row is fenced by its own token, and the rows
+        // that matched come back as (id, token) so every job learns its
+        // own settlement.
+        let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&self.sql.complete_many)
+            .bind(&ids)
+            .bind(&tokens)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        let applied: std::collections::HashSet<(i64, Vec<u8>)> = applied.into_iter().collect();
+        Ok(jobs
+            .iter()
+            .zip(ids)
+            .map(|(job, id)| {
+                if applied.contains(&(id, job.token.as_bytes().to_vec())) {
+                    Settle::Applied
+                } else {
+                    Settle::LeaseLost
+                }
+            })
+            .collect())
     }
 
     async fn retry(&self, job: &Job, delay: Duration, error: &str) -> Result<Settle, QueueError> {
