@@ -38,16 +38,23 @@ impl Completer {
 
     /// Marks `job` done, in a group with whatever else is waiting.
     pub(crate) async fn complete(&self, job: &Job) -> Result<Settle, QueueError> {
-        let (answer, answered) = oneshot::channel();
+        let (answer, mut answered) = oneshot::channel();
         self.waiting().push((job.clone(), answer));
-        {
-            let _turn = self.turn.lock().await;
-            let group = std::mem::take(&mut *self.waiting());
-            if !group.is_empty() {
-                self.send(group).await;
+        // Wait for the turn only while the job is unanswered: a job that
+        // went in someone else's group must not queue behind later groups
+        // to learn how it settled.
+        let answer = tokio::select! {
+            biased;
+            answer = &mut answered => answer,
+            _turn = self.turn.lock() => {
+                let group = std::mem::take(&mut *self.waiting());
+                if !group.is_empty() {
+                    self.send(group).await;
+                }
+                answered.await
             }
-        }
-        match answered.await {
+        };
+        match answer {
             Ok(settled) => settled,
             // The task sending this job's group was cancelled mid-way: the
             // completion may or may not have landed, and a fenced

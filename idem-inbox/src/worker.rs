@@ -20,7 +20,8 @@ use crate::queue::{Job, Queue, QueueError};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {
-    /// Jobs handled at once (default 8).
+    /// Handlers run at once (default 8); the worker holds up to twice as
+    /// many claimed jobs.
     pub concurrency: usize,
     /// The queue lease of a claimed job, renewed every third of it while the
     /// handler runs (default 60 s). Keep it long: see [`Worker`]'s "Short
@@ -111,7 +112,11 @@ pub enum Outcome {
 /// idem's `execute`, keyed by (source, event id).
 ///
 /// * At most [`concurrency`](WorkerConfig::concurrency) handlers run at
-///   once; the worker claims only as many jobs as it has room for.
+///   once. The worker holds up to twice as many claimed jobs: the extra
+///   ones wait for a free handler with their queue leases renewed, so a
+///   handler that finishes finds its next job claimed already instead of
+///   waiting a claim round trip, and a job's completion goes to the queue
+///   while the next one runs.
 /// * The queue lease is renewed while the handler runs; idem's own lease
 ///   on the event's key is renewed by `execute`.
 /// * `Ok` completes the job. Completions of jobs that finish while
@@ -188,7 +193,10 @@ impl Worker {
     /// and returns. A queue failure while claiming is retried after the
     /// poll interval; it does not stop the worker.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        // Claimed jobs held at once: twice the handlers, so a handler that
+        // finishes finds its next job claimed already.
+        let permits = Arc::new(Semaphore::new(self.config.concurrency.saturating_mul(2)));
+        let handlers = Arc::new(Semaphore::new(self.config.concurrency));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
@@ -237,6 +245,7 @@ impl Worker {
                     completer: Arc::clone(&self.completer),
                     idem: self.idem.clone(),
                     handler: Arc::clone(&self.handler),
+                    handlers: Some(Arc::clone(&handlers)),
                     config: self.config.clone(),
                     stop: stop_rx.clone(),
                 };
@@ -273,6 +282,7 @@ impl Worker {
                 completer: Arc::clone(&self.completer),
                 idem: self.idem.clone(),
                 handler: Arc::clone(&self.handler),
+                handlers: None,
                 config: self.config.clone(),
                 stop: stop_rx.clone(),
             };
@@ -316,6 +326,8 @@ struct JobContext {
     completer: Arc<Completer>,
     idem: Idempotent,
     handler: Arc<dyn Handler>,
+    /// The room to run a handler in, when the caller bounds it.
+    handlers: Option<Arc<Semaphore>>,
     config: WorkerConfig,
     stop: watch::Receiver<bool>,
 }
@@ -354,7 +366,18 @@ impl JobContext {
             return self.settle(&job, Verdict::Dead(error)).await;
         }
         let event = Event::of_job(&job);
-        let run = handle_once(&self.idem, &*self.handler, &event);
+        let (idem, handler, handlers) = (&self.idem, &*self.handler, self.handlers.clone());
+        // A claimed job waits here for a free handler, its queue lease
+        // renewed by the heartbeats below; idem's lease on the event starts
+        // only once it runs. The room is given back when the handler ends,
+        // so the next job runs while this one's completion is on its way.
+        let run = async move {
+            let _room = match handlers {
+                Some(handlers) => handlers.acquire_owned().await.ok(),
+                None => None,
+            };
+            handle_once(idem, handler, &event).await
+        };
         let mut run = std::pin::pin!(run);
         let mut beat = tokio::time::interval(self.config.lease / 3);
         beat.tick().await;

@@ -307,19 +307,26 @@ fn info(row: InfoRow) -> Result<JobInfo, QueueError> {
 #[async_trait]
 impl Queue for SqliteQueue {
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
-        let (answer, answered) = oneshot::channel();
+        let (answer, mut answered) = oneshot::channel();
         lock(&self.pending).push((job, answer));
         let (pending, retention) = (Arc::clone(&self.pending), millis(self.retention));
         // Whoever gets the connection first commits every enqueue waiting
         // by then, this one included; a later turn may find nothing left.
-        self.run(move |conn| {
+        let turn = self.run(move |conn| {
             let group = std::mem::take(&mut *lock(&pending));
             if !group.is_empty() {
                 enqueue_group(conn, group, retention);
             }
             Ok(())
-        })
-        .await?;
+        });
+        // An enqueue answered by someone else's group returns at once
+        // instead of queueing for the connection behind later groups; its
+        // own turn then finds nothing to do.
+        tokio::select! {
+            biased;
+            answer = &mut answered => return answer.map_err(backend)?,
+            ran = turn => ran?,
+        }
         answered.await.map_err(backend)?
     }
 

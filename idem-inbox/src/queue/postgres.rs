@@ -1,8 +1,5 @@
 //! The PostgreSQL queue.
 
-mod group;
-
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,23 +23,12 @@ const DEFAULT_TABLE: &str = "idem_inbox_jobs";
 /// WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent
 /// workers take disjoint batches without waiting on each other. Tokens are
 /// `gen_random_uuid()` (PostgreSQL 13 or later).
-///
-/// Enqueues are grouped: those that arrive while another group is on its
-/// way to the server are inserted together by one statement, in one
-/// commit, and each caller gets its own answer once it is durable — which
-/// is what keeps a busy receiver's acknowledgements short. A group's rows
-/// are inserted in (source, event id) order, so two groups from different
-/// processes cannot deadlock; a group that fails is retried one enqueue
-/// at a time, so every caller gets its own error.
 #[derive(Debug, Clone)]
 pub struct PostgresQueue {
     pool: PgPool,
     table: String,
     retention: Duration,
-    sql: Arc<Sql>,
-    /// Enqueues waiting for the next group; a queue with another table or
-    /// retention gets its own.
-    group: Arc<group::Group>,
+    sql: Sql,
 }
 
 /// The statements, built once from the validated table name.
@@ -50,9 +36,7 @@ pub struct PostgresQueue {
 struct Sql {
     schema: [String; 3],
     enqueue: String,
-    enqueue_many: String,
     duplicate: String,
-    duplicates: String,
     claim: String,
     heartbeat: String,
     complete: String,
@@ -111,26 +95,7 @@ impl Sql {
                  WHERE j.state = 'done' AND j.dedupe_until <= now()
                  RETURNING id"
             ),
-            enqueue_many: format!(
-                "INSERT INTO {t} AS j
-                     (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
-                 SELECT s, e, p, 'pending', 0, now() + d * interval '1 millisecond', '[]',
-                        now() + $5::float8 * interval '1 millisecond'
-                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
-                      WITH ORDINALITY AS n(s, e, p, d, i)
-                 ORDER BY i
-                 ON CONFLICT (source, event_id) DO UPDATE SET
-                     payload = excluded.payload, state = 'pending', attempts = 0,
-                     run_after = excluded.run_after, lease_until = NULL, token = NULL,
-                     last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
-                 WHERE j.state = 'done' AND j.dedupe_until <= now()
-                 RETURNING id, source, event_id"
-            ),
             duplicate: format!("SELECT id FROM {t} WHERE source = $1 AND event_id = $2"),
-            duplicates: format!(
-                "SELECT id, source, event_id FROM {t}
-                 WHERE (source, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
-            ),
             claim: format!(
                 "UPDATE {t}
                  SET state = 'running', attempts = attempts + 1,
@@ -212,8 +177,7 @@ impl PostgresQueue {
             pool,
             table: DEFAULT_TABLE.to_owned(),
             retention: DEFAULT_RETENTION,
-            sql: Arc::new(Sql::new(DEFAULT_TABLE)),
-            group: Arc::default(),
+            sql: Sql::new(DEFAULT_TABLE),
         }
     }
 
@@ -225,15 +189,13 @@ impl PostgresQueue {
             return Err(QueueError::InvalidName(name.to_owned()));
         }
         self.table = name.to_owned();
-        self.sql = Arc::new(Sql::new(name));
-        self.group = Arc::default();
+        self.sql = Sql::new(name);
         Ok(self)
     }
 
     /// How long a completed event is remembered (default three days).
     pub fn with_retention(mut self, retention: Duration) -> PostgresQueue {
         self.retention = retention;
-        self.group = Arc::default();
         self
     }
 
@@ -256,35 +218,6 @@ impl PostgresQueue {
                 .map_err(backend)?;
         }
         Ok(())
-    }
-
-    /// One enqueue in its own statements: what a group falls back to.
-    async fn enqueue_alone(&self, job: NewJob) -> Result<Enqueued, QueueError> {
-        let inserted: Option<i64> = sqlx::query_scalar(&self.sql.enqueue)
-            .bind(&job.source)
-            .bind(&job.event_id)
-            .bind(&job.payload)
-            .bind(millis(job.delay) as f64)
-            .bind(millis(self.retention) as f64)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        if let Some(id) = inserted {
-            return Ok(Enqueued::New(JobId::new(id.to_string())));
-        }
-        // The conflicting row is committed (ON CONFLICT waited for it), and
-        // only a purge of a completed, expired job removes rows, so it is
-        // there to be read unless a purge ran in between.
-        let held: Option<i64> = sqlx::query_scalar(&self.sql.duplicate)
-            .bind(&job.source)
-            .bind(&job.event_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        match held {
-            Some(id) => Ok(Enqueued::Duplicate(JobId::new(id.to_string()))),
-            None => Box::pin(self.enqueue_alone(job)).await,
-        }
     }
 
     async fn fenced(&self, sql: &str, job: &Job, extra: Extra<'_>) -> Result<Settle, QueueError> {
@@ -356,7 +289,31 @@ fn info(row: &PgRow) -> Result<JobInfo, QueueError> {
 #[async_trait]
 impl Queue for PostgresQueue {
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
-        self.enqueue_grouped(job).await
+        let inserted: Option<i64> = sqlx::query_scalar(&self.sql.enqueue)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .bind(&job.payload)
+            .bind(millis(job.delay) as f64)
+            .bind(millis(self.retention) as f64)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        if let Some(id) = inserted {
+            return Ok(Enqueued::New(JobId::new(id.to_string())));
+        }
+        // The conflicting row is committed (ON CONFLICT waited for it), and
+        // only a purge of a completed, expired job removes rows, so it is
+        // there to be read unless a purge ran in between.
+        let held: Option<i64> = sqlx::query_scalar(&self.sql.duplicate)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        match held {
+            Some(id) => Ok(Enqueued::Duplicate(JobId::new(id.to_string()))),
+            None => Box::pin(self.enqueue(job)).await,
+        }
     }
 
     async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Job>, QueueError> {
@@ -389,10 +346,7 @@ impl Queue for PostgresQueue {
             return Ok(Vec::new());
         }
         let ids: Vec<i64> = jobs.iter().map(|job| parse_id(&job.id)).collect();
-        let tokens: Vec<Vec<u8>> = jobs
-            .iter()
-            .map(|job| job.token.as_bytes().to_vec())
-            .collect();
+        let tokens: Vec<&[u8]> = jobs.iter().map(|job| job.token.as_bytes()).collect();
         // One statement: each row is fenced by its own token, and the rows
         // that matched come back as (id, token) so every job learns its
         // own settlement.
