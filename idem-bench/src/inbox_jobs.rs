@@ -13,7 +13,9 @@
 //!   settings — SQLite has one writer, so its raw equivalent of `SKIP
 //!   LOCKED` is a plain `UPDATE … RETURNING` under its write lock.
 //!
-//! Both sides run `IN_FLIGHT` jobs at a time and do the same work (none,
+//! The worker prefetches `IN_FLIGHT` jobs (`WorkerConfig::with_prefetch`;
+//! the default is none), as a throughput-minded deployment would. Both
+//! sides run `IN_FLIGHT` jobs at a time and do the same work (none,
 //! and a 2 ms sleep standing for a remote call). Rows alternate within
 //! each repetition; the figure is the median jobs/s and the line `ratio
 //! inbox-jobs <backend> work=<w> <worker/raw>`. The target is ≥ 0.9.
@@ -148,6 +150,7 @@ async fn worker_run(
     .with_config(
         WorkerConfig::default()
             .with_concurrency(IN_FLIGHT)
+            .with_prefetch(IN_FLIGHT)
             .with_poll(Duration::from_millis(1))
             .with_lease(Duration::from_secs(30)),
     );

@@ -20,9 +20,16 @@ use crate::queue::{Job, Queue, QueueError};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {
-    /// Handlers run at once (default 8); the worker holds up to twice as
-    /// many claimed jobs.
+    /// Handlers run at once (default 8).
     pub concurrency: usize,
+    /// Jobs claimed ahead of a free handler (default 0). Claimed early, a
+    /// handler that finishes finds its next job without waiting a claim
+    /// round trip, and completions overlap running jobs; the waiting jobs'
+    /// leases are renewed. The price: a worker killed or stalled holds
+    /// these jobs too until their leases lapse, and each claim counts as
+    /// an attempt — with short leases on a loaded host, allow more
+    /// attempts (see [`Worker`]'s "Short leases on an overloaded queue").
+    pub prefetch: usize,
     /// The queue lease of a claimed job, renewed every third of it while the
     /// handler runs (default 60 s). Keep it long: see [`Worker`]'s "Short
     /// leases on an overloaded queue".
@@ -43,6 +50,7 @@ impl Default for WorkerConfig {
     fn default() -> WorkerConfig {
         WorkerConfig {
             concurrency: 8,
+            prefetch: 0,
             lease: Duration::from_secs(60),
             max_attempts: 8,
             backoff: Backoff::default(),
@@ -56,6 +64,12 @@ impl WorkerConfig {
     /// Sets [`concurrency`](WorkerConfig::concurrency) (at least 1).
     pub fn with_concurrency(mut self, n: usize) -> WorkerConfig {
         self.concurrency = n.max(1);
+        self
+    }
+
+    /// Sets [`prefetch`](WorkerConfig::prefetch).
+    pub fn with_prefetch(mut self, n: usize) -> WorkerConfig {
+        self.prefetch = n;
         self
     }
 
@@ -112,11 +126,11 @@ pub enum Outcome {
 /// idem's `execute`, keyed by (source, event id).
 ///
 /// * At most [`concurrency`](WorkerConfig::concurrency) handlers run at
-///   once. The worker holds up to twice as many claimed jobs: the extra
-///   ones wait for a free handler with their queue leases renewed, so a
-///   handler that finishes finds its next job claimed already instead of
-///   waiting a claim round trip, and a job's completion goes to the queue
-///   while the next one runs.
+///   once, and the worker holds at most that many claimed jobs plus
+///   [`prefetch`](WorkerConfig::prefetch) (default 0): prefetched jobs
+///   wait for a free handler with their queue leases renewed, so a
+///   handler that finishes finds its next job claimed already and a job's
+///   completion goes to the queue while the next one runs.
 /// * The queue lease is renewed while the handler runs; idem's own lease
 ///   on the event's key is renewed by `execute`.
 /// * `Ok` completes the job. Completions of jobs that finish while
@@ -193,9 +207,10 @@ impl Worker {
     /// and returns. A queue failure while claiming is retried after the
     /// poll interval; it does not stop the worker.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        // Claimed jobs held at once: twice the handlers, so a handler that
-        // finishes finds its next job claimed already.
-        let permits = Arc::new(Semaphore::new(self.config.concurrency.saturating_mul(2)));
+        // Claimed jobs held at once: the handlers and the prefetch.
+        let permits = Arc::new(Semaphore::new(
+            self.config.concurrency.saturating_add(self.config.prefetch),
+        ));
         let handlers = Arc::new(Semaphore::new(self.config.concurrency));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
