@@ -5,33 +5,23 @@
 //!   senders each posting signed deliveries of distinct events over
 //!   keep-alive connections; p50 and p99 of the time to the 202, measured
 //!   at the sender. The target is p99 ≤ 20 ms.
-//! * **Worker throughput on PostgreSQL**: `jobs` jobs enqueued, then drained
-//!   by idem-inbox's `Worker` (batch claim, handler under `execute` on a
-//!   `PostgresStore` in the same database, fenced completion) and by a raw
-//!   loop — the textbook `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP
-//!   LOCKED) RETURNING`, the work, `UPDATE … SET state = 'done'` — both 8
-//!   jobs at a time on pools of the same size, doing the same work (none,
-//!   and a 2 ms sleep standing for a remote call). Rows alternate within
-//!   each repetition; the figure is the median jobs/s and the line
-//!   `ratio inbox-jobs work=<w> <worker/raw>`. The target is ≥ 0.9.
+//! * **Worker throughput** on SQLite and PostgreSQL against a raw loop
+//!   doing the same work: see [`crate::inbox_jobs`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use idem_core::Idempotent;
-use idem_inbox::queue::{NewJob, PostgresQueue, Queue, SqliteQueue};
+use idem_inbox::queue::{PostgresQueue, Queue, SqliteQueue};
 use idem_inbox::verify::StandardWebhooks;
-use idem_inbox::{Event, HandlerError, Receiver, Worker, WorkerConfig};
-use idem_postgres::PostgresStore;
+use idem_inbox::Receiver;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::fixture::BoxError;
+use crate::inbox_jobs::{throughput, Bed, IN_FLIGHT};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const SENDERS: usize = 32;
-const IN_FLIGHT: usize = 8;
 const POOL: u32 = 16;
 
 /// How big a run is.
@@ -70,7 +60,7 @@ pub(crate) async fn measure(
     skipped: &mut Vec<String>,
 ) -> Result<Vec<String>, BoxError> {
     let mut lines = vec![format!(
-        "# inbox: acknowledgement at {SENDERS} senders, workers stopped; worker vs raw SKIP LOCKED, {IN_FLIGHT} in flight"
+        "# inbox: acknowledgement at {SENDERS} senders, workers stopped; worker vs raw claim loop, {IN_FLIGHT} in flight"
     )];
     let tag = format!(
         "{}_{}",
@@ -83,6 +73,12 @@ pub(crate) async fn measure(
     let sqlite: Arc<dyn Queue> = Arc::new(SqliteQueue::open(dir.path().join("inbox.db")).await?);
     lines.push(ack_line("sqlite", sqlite, plan.deliveries).await?);
     eprintln!("idem-bench: {}", lines[lines.len() - 1]);
+    for work in [Duration::ZERO, Duration::from_millis(2)] {
+        for line in throughput(Bed::Sqlite, plan, work).await? {
+            eprintln!("idem-bench: {line}");
+            lines.push(line);
+        }
+    }
     let pool = match PgPoolOptions::new()
         .max_connections(POOL)
         .acquire_timeout(Duration::from_secs(30))
@@ -106,7 +102,11 @@ pub(crate) async fn measure(
         lines.push(ack_line("postgres", Arc::new(queue), plan.deliveries).await?);
         eprintln!("idem-bench: {}", lines[lines.len() - 1]);
         for work in [Duration::ZERO, Duration::from_millis(2)] {
-            for line in throughput(&pool, &tables, plan, work).await? {
+            let bed = Bed::Postgres {
+                pool: &pool,
+                tables: &tables,
+            };
+            for line in throughput(bed, plan, work).await? {
                 eprintln!("idem-bench: {line}");
                 lines.push(line);
             }
@@ -119,12 +119,12 @@ pub(crate) async fn measure(
 }
 
 /// The table names of one run, dropped at its end.
-struct Tables {
+pub(crate) struct Tables {
     pool: PgPool,
     ack: String,
-    jobs: String,
-    records: String,
-    raw: String,
+    pub(crate) jobs: String,
+    pub(crate) records: String,
+    pub(crate) raw: String,
 }
 
 impl Tables {
@@ -208,157 +208,4 @@ async fn ack_line(
         at(99).as_secs_f64() * 1e3,
         latencies.len() as f64 / elapsed.as_secs_f64()
     ))
-}
-
-async fn throughput(
-    pool: &PgPool,
-    tables: &Tables,
-    plan: InboxPlan,
-    work: Duration,
-) -> Result<Vec<String>, BoxError> {
-    let (mut worker, mut raw) = (Vec::new(), Vec::new());
-    for rep in 0..plan.reps {
-        // Alternate which row goes first, so neither always meets a warmer
-        // database.
-        for row in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
-            if row == 0 {
-                worker.push(worker_run(pool, tables, plan.jobs, work, rep).await?);
-            } else {
-                raw.push(raw_run(pool, &tables.raw, plan.jobs, work).await?);
-            }
-        }
-    }
-    let (worker, raw) = (median(&mut worker), median(&mut raw));
-    let ms = work.as_millis();
-    Ok(vec![
-        format!("inbox-jobs postgres work={ms}ms worker jobs/s={worker:.0}"),
-        format!("inbox-jobs postgres work={ms}ms raw-skip-locked jobs/s={raw:.0}"),
-        format!("ratio inbox-jobs work={ms}ms {:.3}", worker / raw),
-    ])
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// Jobs/s of idem-inbox's worker draining `jobs` fresh jobs.
-async fn worker_run(
-    pool: &PgPool,
-    tables: &Tables,
-    jobs: usize,
-    work: Duration,
-    rep: usize,
-) -> Result<f64, BoxError> {
-    // Fresh queue and records: a record left by the previous repetition
-    // would replay instead of running the handler.
-    sqlx::raw_sql(&format!(
-        "DROP TABLE IF EXISTS {}; DROP TABLE IF EXISTS {}",
-        tables.jobs, tables.records
-    ))
-    .execute(pool)
-    .await?;
-    let queue = PostgresQueue::from_pool(pool.clone()).with_table(&tables.jobs)?;
-    queue.migrate().await?;
-    let store = PostgresStore::from_pool(pool.clone()).with_table(&tables.records)?;
-    store.migrate().await?;
-    let queue: Arc<dyn Queue> = Arc::new(queue);
-    let mut enqueues = tokio::task::JoinSet::new();
-    for chunk in 0..16 {
-        let queue = Arc::clone(&queue);
-        enqueues.spawn(async move {
-            for n in (chunk..jobs).step_by(16) {
-                queue
-                    .enqueue(NewJob::new("bench", format!("r{rep}_{n}"), b"{}".to_vec()))
-                    .await?;
-            }
-            Ok::<_, BoxError>(())
-        });
-    }
-    while let Some(joined) = enqueues.join_next().await {
-        joined??;
-    }
-    let handled = Arc::new(AtomicU64::new(0));
-    let counter = Arc::clone(&handled);
-    let worker = Worker::new(
-        Arc::clone(&queue),
-        Idempotent::new(store),
-        move |_: Event| {
-            let counter = Arc::clone(&counter);
-            async move {
-                if !work.is_zero() {
-                    tokio::time::sleep(work).await;
-                }
-                counter.fetch_add(1, Ordering::Relaxed);
-                Ok::<(), HandlerError>(())
-            }
-        },
-    )
-    .with_config(
-        WorkerConfig::default()
-            .with_concurrency(IN_FLIGHT)
-            .with_poll(Duration::from_millis(1))
-            .with_lease(Duration::from_secs(30)),
-    );
-    let target = jobs as u64;
-    let started = Instant::now();
-    // Shutdown once every job was handled; `run` then waits for the last
-    // completions, which the measurement includes.
-    worker
-        .run(async {
-            while handled.load(Ordering::Relaxed) < target {
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-        })
-        .await;
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
-}
-
-/// Jobs/s of the raw SKIP LOCKED loop draining `jobs` fresh jobs.
-async fn raw_run(pool: &PgPool, table: &str, jobs: usize, work: Duration) -> Result<f64, BoxError> {
-    sqlx::raw_sql(&format!(
-        "DROP TABLE IF EXISTS {table};
-         CREATE TABLE {table} (id bigserial PRIMARY KEY, payload bytea NOT NULL,
-             state text NOT NULL DEFAULT 'pending', attempts int NOT NULL DEFAULT 0,
-             run_after timestamptz NOT NULL DEFAULT now(), locked_until timestamptz);
-         CREATE INDEX ON {table} (run_after) WHERE state = 'pending';"
-    ))
-    .execute(pool)
-    .await?;
-    sqlx::query(&format!(
-        "INSERT INTO {table} (payload) SELECT '\\x7b7d'::bytea FROM generate_series(1, $1)"
-    ))
-    .bind(i64::try_from(jobs)?)
-    .execute(pool)
-    .await?;
-    let claim = Arc::new(format!(
-        "UPDATE {table} SET state = 'running', attempts = attempts + 1,
-             locked_until = now() + interval '30 seconds'
-         WHERE id IN (SELECT id FROM {table} WHERE state = 'pending' AND run_after <= now()
-                      ORDER BY run_after LIMIT 1 FOR UPDATE SKIP LOCKED)
-         RETURNING id, payload"
-    ));
-    let done = Arc::new(format!("UPDATE {table} SET state = 'done' WHERE id = $1"));
-    let started = Instant::now();
-    let mut loops = tokio::task::JoinSet::new();
-    for _ in 0..IN_FLIGHT {
-        let (pool, claim, done) = (pool.clone(), Arc::clone(&claim), Arc::clone(&done));
-        loops.spawn(async move {
-            loop {
-                let row: Option<(i64, Vec<u8>)> =
-                    sqlx::query_as(&claim).fetch_optional(&pool).await?;
-                let Some((id, _payload)) = row else {
-                    return Ok::<_, BoxError>(());
-                };
-                if !work.is_zero() {
-                    tokio::time::sleep(work).await;
-                }
-                sqlx::query(&done).bind(id).execute(&pool).await?;
-            }
-        });
-    }
-    while let Some(joined) = loops.join_next().await {
-        joined??;
-    }
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
 }

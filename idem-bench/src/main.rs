@@ -10,6 +10,7 @@ mod chart;
 mod fixture;
 mod http;
 mod inbox;
+mod inbox_jobs;
 mod load;
 mod protocols;
 mod report;

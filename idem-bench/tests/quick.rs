@@ -82,7 +82,7 @@ fn an_unknown_store_is_refused() {
 }
 
 /// The inbox figures run end to end in quick mode: an acknowledgement line
-/// per queue and a worker-against-raw ratio per kind of work. PostgreSQL
+/// per queue and a worker-against-raw ratio per backend and kind of work. PostgreSQL
 /// must be up (as for the store rows); the figures themselves are not
 /// asserted.
 #[test]
@@ -99,14 +99,20 @@ fn quick_inbox_mode_prints_acknowledgement_and_throughput_lines() {
         output.status
     );
     assert!(stdout.contains("inbox-ack sqlite c32 n=320 "), "{stdout}");
+    assert_ratios(&stdout, "sqlite");
     if stderr.contains("unreachable") {
         assert!(std::env::var_os("CI").is_none(), "{stderr}");
         eprintln!("skipped the PostgreSQL rows: {stderr}");
         return;
     }
     assert!(stdout.contains("inbox-ack postgres c32 n=320 "), "{stdout}");
+    assert_ratios(&stdout, "postgres");
+}
+
+/// A finite, positive worker-to-raw ratio for `backend` per kind of work.
+fn assert_ratios(stdout: &str, backend: &str) {
     for work in ["0ms", "2ms"] {
-        let prefix = format!("ratio inbox-jobs work={work} ");
+        let prefix = format!("ratio inbox-jobs {backend} work={work} ");
         let line = stdout
             .lines()
             .find(|l| l.starts_with(&prefix))

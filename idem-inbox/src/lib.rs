@@ -50,6 +50,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+mod completer;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod enqueue;

@@ -12,6 +12,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backoff::Backoff;
+use crate::completer::Completer;
 use crate::handler::{Event, Handler, HandlerError};
 use crate::queue::{Job, Queue, QueueError};
 
@@ -19,8 +20,16 @@ use crate::queue::{Job, Queue, QueueError};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {
-    /// Jobs handled at once (default 8).
+    /// Handlers run at once (default 8).
     pub concurrency: usize,
+    /// Jobs claimed ahead of a free handler (default 0). Claimed early, a
+    /// handler that finishes finds its next job without waiting a claim
+    /// round trip, and completions overlap running jobs; the waiting jobs'
+    /// leases are renewed. The price: a worker killed or stalled holds
+    /// these jobs too until their leases lapse, and each claim counts as
+    /// an attempt — with short leases on a loaded host, allow more
+    /// attempts (see [`Worker`]'s "Short leases on an overloaded queue").
+    pub prefetch: usize,
     /// The queue lease of a claimed job, renewed every third of it while the
     /// handler runs (default 60 s). Keep it long: see [`Worker`]'s "Short
     /// leases on an overloaded queue".
@@ -41,6 +50,7 @@ impl Default for WorkerConfig {
     fn default() -> WorkerConfig {
         WorkerConfig {
             concurrency: 8,
+            prefetch: 0,
             lease: Duration::from_secs(60),
             max_attempts: 8,
             backoff: Backoff::default(),
@@ -54,6 +64,12 @@ impl WorkerConfig {
     /// Sets [`concurrency`](WorkerConfig::concurrency) (at least 1).
     pub fn with_concurrency(mut self, n: usize) -> WorkerConfig {
         self.concurrency = n.max(1);
+        self
+    }
+
+    /// Sets [`prefetch`](WorkerConfig::prefetch).
+    pub fn with_prefetch(mut self, n: usize) -> WorkerConfig {
+        self.prefetch = n;
         self
     }
 
@@ -110,10 +126,18 @@ pub enum Outcome {
 /// idem's `execute`, keyed by (source, event id).
 ///
 /// * At most [`concurrency`](WorkerConfig::concurrency) handlers run at
-///   once; the worker claims only as many jobs as it has room for.
+///   once, and the worker holds at most that many claimed jobs plus
+///   [`prefetch`](WorkerConfig::prefetch) (default 0): prefetched jobs
+///   wait for a free handler with their queue leases renewed, so a
+///   handler that finishes finds its next job claimed already and a job's
+///   completion goes to the queue while the next one runs.
 /// * The queue lease is renewed while the handler runs; idem's own lease
 ///   on the event's key is renewed by `execute`.
-/// * `Ok` completes the job. A redelivered job whose handler already
+/// * `Ok` completes the job. Completions of jobs that finish while
+///   another completion is on its way are sent together as one
+///   [`Queue::complete_many`] (one statement on PostgreSQL, one commit on
+///   SQLite), each still fenced by its own token; a lone completion goes
+///   at once. A redelivered job whose handler already
 ///   succeeded (the worker died between the handler and the completion)
 ///   replays the recorded success and completes without running again.
 /// * A retryable error puts the job back after [`Backoff`] (or the error's
@@ -144,6 +168,7 @@ pub enum Outcome {
 /// cost.
 pub struct Worker {
     queue: Arc<dyn Queue>,
+    completer: Arc<Completer>,
     idem: Idempotent,
     handler: Arc<dyn Handler>,
     config: WorkerConfig,
@@ -163,6 +188,7 @@ impl Worker {
     /// `handler`.
     pub fn new(queue: Arc<dyn Queue>, idem: Idempotent, handler: impl Handler) -> Worker {
         Worker {
+            completer: Arc::new(Completer::new(Arc::clone(&queue))),
             queue,
             idem,
             handler: Arc::new(handler),
@@ -181,7 +207,11 @@ impl Worker {
     /// and returns. A queue failure while claiming is retried after the
     /// poll interval; it does not stop the worker.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency));
+        // Claimed jobs held at once: the handlers and the prefetch.
+        let permits = Arc::new(Semaphore::new(
+            self.config.concurrency.saturating_add(self.config.prefetch),
+        ));
+        let handlers = Arc::new(Semaphore::new(self.config.concurrency));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
@@ -227,8 +257,10 @@ impl Worker {
                 };
                 let ctx = JobContext {
                     queue: Arc::clone(&self.queue),
+                    completer: Arc::clone(&self.completer),
                     idem: self.idem.clone(),
                     handler: Arc::clone(&self.handler),
+                    handlers: Some(Arc::clone(&handlers)),
                     config: self.config.clone(),
                     stop: stop_rx.clone(),
                 };
@@ -262,8 +294,10 @@ impl Worker {
         for job in jobs {
             let ctx = JobContext {
                 queue: Arc::clone(&self.queue),
+                completer: Arc::clone(&self.completer),
                 idem: self.idem.clone(),
                 handler: Arc::clone(&self.handler),
+                handlers: None,
                 config: self.config.clone(),
                 stop: stop_rx.clone(),
             };
@@ -304,8 +338,11 @@ pub async fn handle_once(
 
 struct JobContext {
     queue: Arc<dyn Queue>,
+    completer: Arc<Completer>,
     idem: Idempotent,
     handler: Arc<dyn Handler>,
+    /// The room to run a handler in, when the caller bounds it.
+    handlers: Option<Arc<Semaphore>>,
     config: WorkerConfig,
     stop: watch::Receiver<bool>,
 }
@@ -344,7 +381,18 @@ impl JobContext {
             return self.settle(&job, Verdict::Dead(error)).await;
         }
         let event = Event::of_job(&job);
-        let run = handle_once(&self.idem, &*self.handler, &event);
+        let (idem, handler, handlers) = (&self.idem, &*self.handler, self.handlers.clone());
+        // A claimed job waits here for a free handler, its queue lease
+        // renewed by the heartbeats below; idem's lease on the event starts
+        // only once it runs. The room is given back when the handler ends,
+        // so the next job runs while this one's completion is on its way.
+        let run = async move {
+            let _room = match handlers {
+                Some(handlers) => handlers.acquire_owned().await.ok(),
+                None => None,
+            };
+            handle_once(idem, handler, &event).await
+        };
         let mut run = std::pin::pin!(run);
         let mut beat = tokio::time::interval(self.config.lease / 3);
         beat.tick().await;
@@ -401,7 +449,7 @@ impl JobContext {
 
     async fn settle(&self, job: &Job, verdict: Verdict) -> Result<Outcome, QueueError> {
         let (settle, outcome) = match verdict {
-            Verdict::Complete => (self.queue.complete(job).await?, Outcome::Completed),
+            Verdict::Complete => (self.completer.complete(job).await?, Outcome::Completed),
             Verdict::Retry { delay, error } => (
                 self.queue.retry(job, delay, &error).await?,
                 Outcome::Retried,

@@ -95,6 +95,7 @@ macro_rules! __queue_cases {
                 same_event_id_from_another_source_is_another_job,
                 completed_event_is_still_a_duplicate,
                 delayed_job_is_not_due_before_its_delay,
+                concurrent_enqueues_queue_each_event_once,
             }
             claim {
                 claim_returns_at_most_the_batch_and_each_job_once,
@@ -108,6 +109,7 @@ macro_rules! __queue_cases {
                 retry_delay_is_honoured,
                 released_job_is_due_at_once_without_an_attempt,
                 settling_an_unknown_job_is_lease_lost,
+                group_completion_fences_each_job_by_its_token,
             }
             lease {
                 lapsed_lease_makes_the_job_claimable_again,

@@ -75,6 +75,26 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// Marks a held job done for good.
     async fn complete(&self, job: &Job) -> Result<Settle, QueueError>;
 
+    /// Marks several held jobs done, each fenced by its own token as
+    /// [`complete`](Queue::complete) is; returns one [`Settle`] per job, in
+    /// order. Workers group the completions of jobs that finish together
+    /// into one call, so a backend that can settle them in one statement
+    /// or one commit makes each completion cost a fraction of a round trip.
+    ///
+    /// Each job's completion MUST be atomic on its own; the batch as a
+    /// whole need not be: after an error some of the jobs may have been
+    /// completed (a retried completion of those is [`Settle::LeaseLost`]).
+    /// The default completes the jobs one by one — correct for every
+    /// backend, so queues written before it still compile, and only slower
+    /// than a backend's own batch.
+    async fn complete_many(&self, jobs: &[Job]) -> Result<Vec<Settle>, QueueError> {
+        let mut settled = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            settled.push(self.complete(job).await?);
+        }
+        Ok(settled)
+    }
+
     /// Returns a held job to the queue, due after `delay`, recording `error`
     /// as its last error and in its history.
     async fn retry(&self, job: &Job, delay: Duration, error: &str) -> Result<Settle, QueueError>;

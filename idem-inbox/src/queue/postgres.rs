@@ -40,6 +40,7 @@ struct Sql {
     claim: String,
     heartbeat: String,
     complete: String,
+    complete_many: String,
     retry: String,
     release: String,
     dead_letter: String,
@@ -114,6 +115,13 @@ impl Sql {
             ),
             complete: format!(
                 "UPDATE {t} SET state = 'done', token = NULL, lease_until = NULL, run_after = now() {fence}"
+            ),
+            complete_many: format!(
+                "UPDATE {t} AS j
+                 SET state = 'done', token = NULL, lease_until = NULL, run_after = now()
+                 FROM unnest($1::bigint[], $2::bytea[]) AS c(id, token)
+                 WHERE j.id = c.id AND j.token = c.token AND j.state = 'running'
+                 RETURNING c.id, c.token"
             ),
             retry: format!(
                 "UPDATE {t}
@@ -331,6 +339,35 @@ impl Queue for PostgresQueue {
 
     async fn complete(&self, job: &Job) -> Result<Settle, QueueError> {
         self.fenced(&self.sql.complete, job, Extra::None).await
+    }
+
+    async fn complete_many(&self, jobs: &[Job]) -> Result<Vec<Settle>, QueueError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = jobs.iter().map(|job| parse_id(&job.id)).collect();
+        let tokens: Vec<&[u8]> = jobs.iter().map(|job| job.token.as_bytes()).collect();
+        // One statement: each row is fenced by its own token, and the rows
+        // that matched come back as (id, token) so every job learns its
+        // own settlement.
+        let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(&self.sql.complete_many)
+            .bind(&ids)
+            .bind(&tokens)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+        let applied: std::collections::HashSet<(i64, Vec<u8>)> = applied.into_iter().collect();
+        Ok(jobs
+            .iter()
+            .zip(ids)
+            .map(|(job, id)| {
+                if applied.contains(&(id, job.token.as_bytes().to_vec())) {
+                    Settle::Applied
+                } else {
+                    Settle::LeaseLost
+                }
+            })
+            .collect())
     }
 
     async fn retry(&self, job: &Job, delay: Duration, error: &str) -> Result<Settle, QueueError> {

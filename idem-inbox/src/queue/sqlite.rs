@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use tokio::sync::oneshot;
 
 use super::{
     decode_history, decode_state, millis, Enqueued, Job, JobId, JobInfo, NewJob, Queue, QueueError,
@@ -43,11 +44,26 @@ const INFO_COLUMNS: &str = "id, source, event_id, payload, state, attempts, last
 /// Deadlines are kept on the local clock (the database is embedded, so its
 /// clock is this machine's). Operations run one at a time on one
 /// connection, off the async threads.
+///
+/// Commits are grouped: enqueues that arrive while the connection is busy
+/// are written together in one transaction by whichever of them gets the
+/// connection first, and each is answered once that transaction is
+/// durable — one `fsync` for the group instead of one each, which is what
+/// bounds the acknowledgement latency of a busy receiver. Completions a
+/// worker groups ([`Queue::complete_many`]) share one commit the same way.
+/// If a grouped commit fails, its enqueues are retried one transaction
+/// each, so every caller gets its own answer and one bad job fails alone.
 #[derive(Debug, Clone)]
 pub struct SqliteQueue {
     conn: Arc<Mutex<Connection>>,
     retention: Duration,
+    /// Enqueues waiting for the connection; whoever takes it next commits
+    /// them all in one transaction.
+    pending: Arc<Mutex<Vec<PendingEnqueue>>>,
 }
+
+/// An enqueue waiting for a group commit, and where its answer goes.
+type PendingEnqueue = (NewJob, oneshot::Sender<Result<Enqueued, QueueError>>);
 
 impl SqliteQueue {
     /// Opens (creating if needed) the queue in the file at `path`.
@@ -66,6 +82,7 @@ impl SqliteQueue {
         let queue = SqliteQueue {
             conn: Arc::new(Mutex::new(conn)),
             retention: DEFAULT_RETENTION,
+            pending: Arc::new(Mutex::new(Vec::new())),
         };
         queue.migrate().await?;
         Ok(queue)
@@ -91,8 +108,7 @@ impl SqliteQueue {
         tokio::task::spawn_blocking(move || {
             // A panic while holding the lock cannot leave a half-applied
             // statement: SQLite rolls back what was not committed.
-            let mut conn = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            f(&mut conn)
+            f(&mut lock(&conn))
         })
         .await
         .map_err(backend)?
@@ -115,7 +131,8 @@ impl SqliteQueue {
                 let mut values: Vec<rusqlite::types::Value> =
                     vec![id.into(), token.into(), now_ms().into()];
                 values.extend(extra);
-                conn.execute(sql, rusqlite::params_from_iter(values))
+                conn.prepare_cached(sql)?
+                    .execute(rusqlite::params_from_iter(values))
             })
             .await?;
         Ok(if changed == 1 {
@@ -143,6 +160,99 @@ fn now_ms() -> i64 {
 fn parse_id(id: &JobId) -> i64 {
     id.as_str().parse().unwrap_or(-1)
 }
+
+/// Locks `mutex`; a panic while it was held leaves nothing half-done (the
+/// data are plain values, and SQLite rolls back what was not committed).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Commits `group` in one transaction and answers each enqueue once it is
+/// durable. If anything in it fails, the transaction is rolled back and
+/// each enqueue is tried in a transaction of its own, so a bad job fails
+/// alone and every caller gets its own error.
+fn enqueue_group(conn: &mut Connection, group: Vec<PendingEnqueue>, retention: i64) {
+    let together = (|| {
+        let tx = conn.transaction()?;
+        let now = now_ms();
+        let mut answers = Vec::with_capacity(group.len());
+        for (job, _) in &group {
+            answers.push(enqueue_one(&tx, job, now, retention)?);
+        }
+        tx.commit()?;
+        Ok::<_, rusqlite::Error>(answers)
+    })();
+    match together {
+        Ok(answers) => {
+            for ((_, answer), enqueued) in group.into_iter().zip(answers) {
+                // A caller that gave up waiting has no one to tell.
+                let _ = answer.send(Ok(enqueued));
+            }
+        }
+        Err(_) => {
+            for (job, answer) in group {
+                let alone = (|| {
+                    let tx = conn.transaction()?;
+                    let enqueued = enqueue_one(&tx, &job, now_ms(), retention)?;
+                    tx.commit()?;
+                    Ok::<_, rusqlite::Error>(enqueued)
+                })();
+                let _ = answer.send(alone.map_err(backend));
+            }
+        }
+    }
+}
+
+/// Inserts `job` unless its event is held, within the caller's transaction.
+fn enqueue_one(
+    tx: &rusqlite::Transaction<'_>,
+    job: &NewJob,
+    now: i64,
+    retention: i64,
+) -> rusqlite::Result<Enqueued> {
+    // A completed job past its retention is forgotten: the event starts
+    // over in the same row.
+    let inserted: Option<i64> = tx
+        .prepare_cached(
+            "INSERT INTO inbox_jobs
+                 (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
+             VALUES (?1, ?2, ?3, 'pending', 0, ?4 + ?5, '[]', ?4 + ?6)
+             ON CONFLICT (source, event_id) DO UPDATE SET
+                 payload = excluded.payload, state = 'pending', attempts = 0,
+                 run_after = excluded.run_after, lease_until = NULL, token = NULL,
+                 last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
+             WHERE inbox_jobs.state = 'done' AND inbox_jobs.dedupe_until <= ?4
+             RETURNING id",
+        )?
+        .query_row(
+            params![
+                job.source,
+                job.event_id,
+                job.payload,
+                now,
+                millis(job.delay),
+                retention
+            ],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(match inserted {
+        Some(id) => Enqueued::New(JobId::new(id.to_string())),
+        None => {
+            let id: i64 = tx
+                .prepare_cached("SELECT id FROM inbox_jobs WHERE source = ?1 AND event_id = ?2")?
+                .query_row(params![job.source, job.event_id], |row| row.get(0))?;
+            Enqueued::Duplicate(JobId::new(id.to_string()))
+        }
+    })
+}
+
+const COMPLETE: &str =
+    // A done job's run_after says when it completed.
+    "UPDATE inbox_jobs SET state = 'done', token = NULL, lease_until = NULL, run_after = ?3
+     WHERE id = ?1 AND token = ?2 AND state = 'running'";
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
     Ok(Job {
@@ -197,42 +307,27 @@ fn info(row: InfoRow) -> Result<JobInfo, QueueError> {
 #[async_trait]
 impl Queue for SqliteQueue {
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
-        let retention = millis(self.retention);
-        self.run(move |conn| {
-            let tx = conn.transaction()?;
-            let now = now_ms();
-            // A completed job past its retention is forgotten: the event
-            // starts over in the same row.
-            let inserted: Option<i64> = tx
-                .query_row(
-                    "INSERT INTO inbox_jobs
-                         (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
-                     VALUES (?1, ?2, ?3, 'pending', 0, ?4 + ?5, '[]', ?4 + ?6)
-                     ON CONFLICT (source, event_id) DO UPDATE SET
-                         payload = excluded.payload, state = 'pending', attempts = 0,
-                         run_after = excluded.run_after, lease_until = NULL, token = NULL,
-                         last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
-                     WHERE inbox_jobs.state = 'done' AND inbox_jobs.dedupe_until <= ?4
-                     RETURNING id",
-                    params![job.source, job.event_id, job.payload, now, millis(job.delay), retention],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            let enqueued = match inserted {
-                Some(id) => Enqueued::New(JobId::new(id.to_string())),
-                None => {
-                    let id: i64 = tx.query_row(
-                        "SELECT id FROM inbox_jobs WHERE source = ?1 AND event_id = ?2",
-                        params![job.source, job.event_id],
-                        |row| row.get(0),
-                    )?;
-                    Enqueued::Duplicate(JobId::new(id.to_string()))
-                }
-            };
-            tx.commit()?;
-            Ok(enqueued)
-        })
-        .await
+        let (answer, mut answered) = oneshot::channel();
+        lock(&self.pending).push((job, answer));
+        let (pending, retention) = (Arc::clone(&self.pending), millis(self.retention));
+        // Whoever gets the connection first commits every enqueue waiting
+        // by then, this one included; a later turn may find nothing left.
+        let turn = self.run(move |conn| {
+            let group = std::mem::take(&mut *lock(&pending));
+            if !group.is_empty() {
+                enqueue_group(conn, group, retention);
+            }
+            Ok(())
+        });
+        // An enqueue answered by someone else's group returns at once
+        // instead of queueing for the connection behind later groups; its
+        // own turn then finds nothing to do.
+        tokio::select! {
+            biased;
+            answer = &mut answered => return answer.map_err(backend)?,
+            ran = turn => ran?,
+        }
+        answered.await.map_err(backend)?
     }
 
     async fn claim(&self, max: usize, lease: Duration) -> Result<Vec<Job>, QueueError> {
@@ -273,13 +368,32 @@ impl Queue for SqliteQueue {
     }
 
     async fn complete(&self, job: &Job) -> Result<Settle, QueueError> {
-        self.fenced(
-            job,
-            // A done job's run_after says when it completed.
-            "UPDATE inbox_jobs SET state = 'done', token = NULL, lease_until = NULL, run_after = ?3
-             WHERE id = ?1 AND token = ?2 AND state = 'running'",
-            Vec::new(),
-        )
+        self.fenced(job, COMPLETE, Vec::new()).await
+    }
+
+    async fn complete_many(&self, jobs: &[Job]) -> Result<Vec<Settle>, QueueError> {
+        let fences: Vec<(i64, Vec<u8>)> = jobs
+            .iter()
+            .map(|job| (parse_id(&job.id), job.token.as_bytes().to_vec()))
+            .collect();
+        // One transaction, one commit: each completion is still fenced by
+        // its own token.
+        self.run(move |conn| {
+            let tx = conn.transaction()?;
+            let now = now_ms();
+            let mut settled = Vec::with_capacity(fences.len());
+            {
+                let mut complete = tx.prepare_cached(COMPLETE)?;
+                for (id, token) in &fences {
+                    settled.push(match complete.execute(params![id, token, now])? {
+                        1 => Settle::Applied,
+                        _ => Settle::LeaseLost,
+                    });
+                }
+            }
+            tx.commit()?;
+            Ok(settled)
+        })
         .await
     }
 

@@ -110,3 +110,57 @@ pub async fn delayed_job_is_not_due_before_its_delay(factory: &dyn QueueFactory)
         "due too early"
     );
 }
+
+/// Concurrent deliveries of the same events — what a receiver under load
+/// meets, and what a backend that groups commits must keep apart — queue
+/// each event once: one `New` per event, every duplicate naming that job,
+/// every job claimable with its first payload.
+pub async fn concurrent_enqueues_queue_each_event_once(factory: &dyn QueueFactory) {
+    const EVENTS: usize = 20;
+    const SENDERS: usize = 16;
+    let fixture = factory.fixture().await;
+    let queue = fixture.queue();
+    let src = source("burst");
+    let mut senders = tokio::task::JoinSet::new();
+    for sender in 0..SENDERS {
+        let (queue, src) = (queue.clone(), src.clone());
+        senders.spawn(async move {
+            let mut answers = Vec::new();
+            // Every sender delivers every event, starting at its own place.
+            for n in (0..EVENTS).map(|n| (n + sender) % EVENTS) {
+                let job = NewJob::new(&src, format!("e{n}"), format!("p{n}").into_bytes());
+                let answer = queue.enqueue(job).await.expect("enqueue");
+                answers.push((n, answer));
+            }
+            answers
+        });
+    }
+    let mut new = std::collections::HashMap::new();
+    let mut duplicates = Vec::new();
+    while let Some(answers) = senders.join_next().await {
+        for (n, answer) in answers.expect("a sender panicked") {
+            match answer {
+                Enqueued::New(id) => {
+                    assert!(new.insert(n, id).is_none(), "event {n} was queued twice");
+                }
+                Enqueued::Duplicate(id) => duplicates.push((n, id)),
+            }
+        }
+    }
+    assert_eq!(new.len(), EVENTS, "some event was never queued");
+    assert_eq!(duplicates.len(), EVENTS * (SENDERS - 1));
+    for (n, id) in duplicates {
+        assert_eq!(
+            Some(&id),
+            new.get(&n),
+            "a duplicate of e{n} named another job"
+        );
+    }
+    let jobs = claim(&*queue, EVENTS * 2, LONG).await;
+    assert_eq!(jobs.len(), EVENTS, "the queue holds another number of jobs");
+    for job in jobs {
+        let n: usize = job.event_id[1..].parse().expect("an event of this case");
+        assert_eq!(job.id, new[&n]);
+        assert_eq!(job.payload, format!("p{n}").into_bytes());
+    }
+}

@@ -135,3 +135,77 @@ pub async fn settling_an_unknown_job_is_lease_lost(factory: &dyn QueueFactory) {
         Settle::Applied
     );
 }
+
+/// A group completion settles each job by its own token: held jobs are
+/// done, a forged, unknown or stale token changes nothing, and each job
+/// learns its own settlement, in order.
+pub async fn group_completion_fences_each_job_by_its_token(factory: &dyn QueueFactory) {
+    let fixture = factory.fixture().await;
+    let queue = fixture.queue();
+    assert_eq!(group(queue.complete_many(&[]).await), Vec::<Settle>::new());
+    let source = source("group");
+    for event in ["a", "b", "c"] {
+        enqueue_new(&*queue, NewJob::new(&source, event, Vec::new())).await;
+    }
+    let mut held = claim(&*queue, 10, LONG).await;
+    assert_eq!(held.len(), 3);
+    held.sort_by(|x, y| x.event_id.cmp(&y.event_id));
+    let forged = Job {
+        token: Token::from_bytes(vec![0; 16]),
+        ..held[1].clone()
+    };
+    let missing = Job {
+        id: JobId::new("not-a-job"),
+        ..held[0].clone()
+    };
+    let mixed = [held[0].clone(), forged, held[2].clone(), missing];
+    assert_eq!(
+        group(queue.complete_many(&mixed).await),
+        vec![
+            Settle::Applied,
+            Settle::LeaseLost,
+            Settle::Applied,
+            Settle::LeaseLost
+        ]
+    );
+    for (job, state) in [
+        (&held[0], JobState::Done),
+        (&held[1], JobState::Running),
+        (&held[2], JobState::Done),
+    ] {
+        let info = queue.inspect(&job.id).await.unwrap().expect("the job");
+        assert_eq!(info.state, state, "event {}", job.event_id);
+    }
+    assert_eq!(
+        group(
+            queue
+                .complete_many(&[held[0].clone(), held[2].clone()])
+                .await
+        ),
+        vec![Settle::LeaseLost, Settle::LeaseLost],
+        "a completed job was completed again"
+    );
+    // A late holder's token in the same group as the new holder's.
+    enqueue_new(&*queue, NewJob::new(&source, "d", Vec::new())).await;
+    let late = claim_one(&*queue, LEASE).await;
+    past(LEASE).await;
+    let now = claim_one(&*queue, LONG).await;
+    assert_eq!(now.id, late.id);
+    assert_eq!(
+        group(queue.complete_many(&[late.clone(), now.clone()]).await),
+        vec![Settle::LeaseLost, Settle::Applied]
+    );
+    assert!(
+        claim(&*queue, 10, LONG).await.is_empty(),
+        "a job completed in a group was claimed again"
+    );
+    assert_eq!(
+        settled(queue.complete(&held[1]).await, "complete"),
+        Settle::Applied
+    );
+}
+
+/// Unwraps a group completion, failing the case on a backend error.
+fn group(result: Result<Vec<Settle>, crate::queue::QueueError>) -> Vec<Settle> {
+    result.unwrap_or_else(|e| panic!("complete_many failed: {e}"))
+}
