@@ -167,11 +167,13 @@ async fn every_command_reads_and_writes_only_what_it_says(kind: StoreKind) {
             Begin::Run(_)
         ));
     }
-    // One outcome kept only briefly, to expire.
+    // One outcome kept only briefly, to expire: long enough to be counted
+    // by the `stats` just below on a loaded machine (300 ms was not always),
+    // and waited out before the purge.
     let brief = idem
         .clone()
-        .with_lease(Duration::from_millis(300))
-        .with_retention(Duration::from_millis(300));
+        .with_lease(Duration::from_secs(3))
+        .with_retention(Duration::from_secs(3));
     let _: u8 = brief
         .execute("brief", &body, || async { Ok::<_, ()>(1) })
         .await

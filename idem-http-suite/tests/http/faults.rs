@@ -297,9 +297,10 @@ async fn a_response_body_that_fails_is_a_500_and_never_run_again() {
 #[tokio::test]
 async fn a_panicking_handler_keeps_its_key_until_the_lease_lapses() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
-        // Long enough for the panic to be reported before the retry, short
-        // enough for the takeover to come within the polling bound.
-        let idem = backend.idem().with_lease(Duration::from_secs(2));
+        // Long enough for the panic to be reported and the retry answered on
+        // a loaded machine (2 s was not always), short enough for the
+        // takeover to come within the polling bound (500 polls, at least 5 s).
+        let idem = backend.idem().with_lease(Duration::from_secs(4));
         let (url, handlers) = adapter.start(Options::from_idempotent(idem)).await;
         let client = reqwest::Client::new();
         let send = || post(&client, &format!("{url}/panic"), Some("boom"), BODY).send();
