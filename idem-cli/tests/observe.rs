@@ -100,7 +100,7 @@ fn matching<'a>(
 /// on one store: each metric moves by exactly what happened.
 async fn metrics_count_what_happened(kind: StoreKind) {
     // The recorder must be in place before the first metric.
-    recorded();
+    instrumented();
     let Some(fresh) = kind.fresh().await else {
         return;
     };
@@ -245,7 +245,7 @@ async fn store_errors_are_counted_by_kind_and_whether_the_work_ran() {
     let Some(url) = idem_testing::Server::Postgres.require() else {
         return;
     };
-    recorded();
+    instrumented();
     let table = unique_name("idem_errors");
     let _guard = idem_testing::Cleanup::postgres(&url, format!("DROP TABLE IF EXISTS {table}"));
     let store = idem_postgres::PostgresStore::connect(&url)
@@ -311,7 +311,46 @@ async fn sqlx_drop(url: &str, table: &str) {
 /// A span as the recording subscriber saw it: name and fields.
 type Spans = Arc<Mutex<Vec<(String, HashMap<String, String>)>>>;
 
-struct Recording(Spans);
+/// The subscriber of this whole test binary, installed before any test
+/// emits: it records the spans of a thread that asked for them.
+///
+/// A thread-local default subscriber (`set_default`) is not enough here: a
+/// callsite first reached by a test on another thread while that default is
+/// being registered can cache "never interested" for good, and its spans are
+/// then lost to every subscriber. One global subscriber, in place before any
+/// callsite is reached, leaves no such window.
+struct Recording;
+
+thread_local! {
+    /// Where spans opened on this thread go, if anywhere.
+    static SINK: std::cell::RefCell<Option<Spans>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Installs the binary's subscriber and recorder; every test calls it first.
+fn instrumented() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let subscriber = tracing_subscriber::registry()
+            .with(Recording)
+            .with(tracing_subscriber::filter::LevelFilter::DEBUG);
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other subscriber in this test binary");
+    });
+    recorded();
+}
+
+/// Records the spans this thread opens until the guard drops.
+fn record_spans_here() -> (Spans, impl Drop) {
+    struct Stop;
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            SINK.with(|sink| sink.borrow_mut().take());
+        }
+    }
+    let spans: Spans = Arc::default();
+    SINK.with(|sink| *sink.borrow_mut() = Some(Arc::clone(&spans)));
+    (spans, Stop)
+}
 
 struct Fields<'a>(&'a mut HashMap<String, String>);
 
@@ -324,41 +363,44 @@ impl tracing::field::Visit for Fields<'_> {
     }
 }
 
-/// Which entry of the recording a span is.
-struct Index(usize);
+/// Which recording, and which entry of it, a span is.
+struct Index(Spans, usize);
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
     fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        let Some(sink) = SINK.with(|sink| sink.borrow().clone()) else {
+            return;
+        };
         let mut fields = HashMap::new();
         attrs.record(&mut Fields(&mut fields));
-        let mut spans = self.0.lock().unwrap();
-        spans.push((attrs.metadata().name().to_owned(), fields));
+        let i = {
+            let mut spans = sink.lock().unwrap();
+            spans.push((attrs.metadata().name().to_owned(), fields));
+            spans.len() - 1
+        };
         if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(Index(spans.len() - 1));
+            span.extensions_mut().insert(Index(sink, i));
         }
     }
 
     fn on_record(&self, id: &span::Id, values: &span::Record<'_>, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(id) else { return };
         let extensions = span.extensions();
-        let Some(Index(i)) = extensions.get::<Index>() else {
+        let Some(Index(sink, i)) = extensions.get::<Index>() else {
             return;
         };
-        values.record(&mut Fields(&mut self.0.lock().unwrap()[*i].1));
+        values.record(&mut Fields(&mut sink.lock().unwrap()[*i].1));
     }
 }
 
 /// One span per `execute` with its decision, one per store call with its
 /// outcome; the key only as its hash, or as the client key when asked.
 async fn spans_carry_decisions_and_hide_keys(kind: StoreKind) {
+    instrumented();
     let Some(fresh) = kind.fresh().await else {
         return;
     };
-    let spans: Spans = Arc::default();
-    let subscriber = tracing_subscriber::registry()
-        .with(Recording(Arc::clone(&spans)))
-        .with(tracing_subscriber::filter::LevelFilter::DEBUG);
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (spans, _recording) = record_spans_here();
 
     let idem = Idempotent::from_arc(Arc::clone(&fresh.store)).with_namespace("spans");
     let body = json!({"secret": "tenant-data"});
@@ -442,7 +484,7 @@ async fn mysql_spans_carry_decisions_and_hide_keys() {
 /// The purger deletes expired records, counts them, and leaves live ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_purger_deletes_only_expired_records() {
-    recorded();
+    instrumented();
     let dir = tempfile::tempdir().unwrap();
     let sqlite = idem_sqlite::SqliteStore::open(dir.path().join("idem.db"))
         .await
@@ -497,7 +539,7 @@ async fn http_responses_are_counted_by_class(kind: StoreKind) {
         }
     }
 
-    recorded();
+    instrumented();
     let Some(fresh) = kind.fresh().await else {
         return;
     };
