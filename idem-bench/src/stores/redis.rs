@@ -140,12 +140,21 @@ pub(crate) async fn commandstats(admin: &mut MultiplexedConnection) -> Result<Co
 /// Connects a plain multiplexed connection, or says why not.
 pub(crate) async fn admin_connection(url: &str) -> Result<MultiplexedConnection, BoxError> {
     let client = redis::Client::open(url)?;
-    Ok(
-        tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| "no answer within 3 s")??,
+    // The client's default answer deadline is half a second; a loaded
+    // server expiring and unlinking a run's worth of keys can take longer
+    // to answer a SCAN or an UNLINK than that, and the run would end with
+    // "timed out" while cleaning up.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(ADMIN_TIMEOUT));
+    Ok(tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        client.get_multiplexed_async_connection_with_config(&config),
     )
+    .await
+    .map_err(|_| "no answer within 3 s")??)
 }
+
+/// How long an administrative command may take to answer.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn memory_usage(
     admin: &mut MultiplexedConnection,
