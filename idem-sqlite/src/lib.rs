@@ -85,5 +85,7 @@ mod tx;
 mod writer;
 
 pub use rusqlite;
-pub use store::{SqliteStore, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_BATCH};
+pub use store::{
+    SqliteStore, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BATCH,
+};
 pub use tx::Settle;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::Failure;
+use crate::writer::Settings;
 use crate::Synchronous;
 
 /// The table, its columns as `PRAGMA table_info` reports them (name,
@@ -54,11 +55,8 @@ impl Target {
 }
 
 /// Opens the writer's connection in WAL mode with the given settings.
-pub(crate) fn connect(
-    target: &Target,
-    busy_timeout: Duration,
-    synchronous: Synchronous,
-) -> Result<Connection, Failure> {
+pub(crate) fn connect(target: &Target, settings: &Settings) -> Result<Connection, Failure> {
+    let busy_timeout = settings.busy_timeout;
     let name = target.describe();
     let opening = |error| Failure::opening(&name, error, busy_timeout);
     // No URI flag: a path is a path, even one that starts with `file:`.
@@ -82,7 +80,8 @@ pub(crate) fn connect(
             source: None,
         });
     }
-    set_synchronous(&conn, synchronous)?;
+    set_synchronous(&conn, settings.synchronous)?;
+    set_cache_size(&conn, settings.cache_bytes)?;
     conn.set_prepared_statement_cache_capacity(16);
     Ok(conn)
 }
@@ -95,6 +94,17 @@ pub(crate) fn set_synchronous(conn: &Connection, synchronous: Synchronous) -> Re
     conn.pragma_update(None, "synchronous", value)
         .map_err(|error| Failure::Setting {
             what: format!("PRAGMA synchronous = {value}"),
+            source: Some(std::sync::Arc::new(error)),
+        })
+}
+
+/// Sizes the connection's page cache: `PRAGMA cache_size` in KiB (a
+/// negative value), at least 1 KiB.
+pub(crate) fn set_cache_size(conn: &Connection, bytes: usize) -> Result<(), Failure> {
+    let kib = i64::try_from(bytes / 1024).unwrap_or(i64::MAX).max(1);
+    conn.pragma_update(None, "cache_size", -kib)
+        .map_err(|error| Failure::Setting {
+            what: format!("PRAGMA cache_size = -{kib}"),
             source: Some(std::sync::Arc::new(error)),
         })
 }

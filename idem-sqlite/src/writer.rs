@@ -36,6 +36,7 @@ pub(crate) enum Setting {
     BusyTimeout(Duration),
     MaxBatch(usize),
     Synchronous(Synchronous),
+    CacheSize(usize),
 }
 
 /// The writer's settings.
@@ -44,6 +45,7 @@ pub(crate) struct Settings {
     pub(crate) busy_timeout: Duration,
     pub(crate) max_batch: usize,
     pub(crate) synchronous: Synchronous,
+    pub(crate) cache_bytes: usize,
 }
 
 /// Starts the writer thread on `target` and returns its channel once the
@@ -59,11 +61,10 @@ pub(crate) async fn start(
     thread::Builder::new()
         .name("idem-sqlite-writer".to_owned())
         .spawn(move || {
-            let started = schema::connect(&target, settings.busy_timeout, settings.synchronous)
-                .and_then(|conn| {
-                    schema::migrate(&conn, settings.busy_timeout)?;
-                    Ok(conn)
-                });
+            let started = schema::connect(&target, &settings).and_then(|conn| {
+                schema::migrate(&conn, settings.busy_timeout)?;
+                Ok(conn)
+            });
             match started {
                 Ok(conn) => {
                     // An opener that stopped waiting has dropped its store,
@@ -167,6 +168,12 @@ impl Writer {
             Setting::Synchronous(synchronous) => {
                 self.settings.synchronous = synchronous;
                 if let Err(failure) = schema::set_synchronous(&self.conn, synchronous) {
+                    self.broken = Some(failure);
+                }
+            }
+            Setting::CacheSize(bytes) => {
+                self.settings.cache_bytes = bytes;
+                if let Err(failure) = schema::set_cache_size(&self.conn, bytes) {
                     self.broken = Some(failure);
                 }
             }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_core::{Fingerprint, Insert, NewRecord, State, Token};
 use tokio::sync::oneshot;
 
-use super::{Job, Settings, Writer};
+use super::{Job, Setting, Settings, Writer};
 use crate::error::Failure;
 use crate::ops::{Done, Op};
 use crate::schema::{self, Target};
@@ -17,9 +17,9 @@ fn writer() -> Writer {
         busy_timeout: Duration::from_secs(1),
         max_batch: 64,
         synchronous: Synchronous::Full,
+        cache_bytes: crate::DEFAULT_CACHE_BYTES,
     };
-    let conn = schema::connect(&Target::Memory, settings.busy_timeout, settings.synchronous)
-        .expect("an in-memory database opens");
+    let conn = schema::connect(&Target::Memory, &settings).expect("an in-memory database opens");
     schema::migrate(&conn, settings.busy_timeout).expect("the schema is created");
     Writer::new(
         conn,
@@ -245,4 +245,22 @@ fn abandoned_claims_are_skipped_but_abandoned_completions_run() {
         Ok(Done::Loaded(Some(record))) => assert_eq!(record.state, State::Completed),
         other => panic!("the completion must have run, got {other:?}"),
     }
+}
+
+/// The page cache starts at the store's default and follows the setting.
+#[test]
+fn the_page_cache_follows_the_setting() {
+    let mut writer = writer();
+    let kib = |writer: &Writer| -> i64 {
+        writer
+            .conn
+            .pragma_query_value(None, "cache_size", |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(kib(&writer), -((crate::DEFAULT_CACHE_BYTES / 1024) as i64));
+    writer.configure(Setting::CacheSize(8 << 20));
+    assert_eq!(kib(&writer), -8192);
+    writer.configure(Setting::CacheSize(0));
+    assert_eq!(kib(&writer), -1);
+    assert!(writer.broken.is_none());
 }
