@@ -158,6 +158,12 @@ struct Args {
     #[arg(long)]
     sqlite_dir: Option<PathBuf>,
 
+    /// Open the SQLite stores with memory-mapped I/O of up to this many
+    /// bytes (`SqliteStore::with_mmap_size`; off by default, as in the
+    /// store).
+    #[arg(long, value_name = "BYTES")]
+    sqlite_mmap: Option<u64>,
+
     /// Run the scale mode instead: fill each store listed in bulk to each
     /// of --scale-sizes, measure first executions and replays through
     /// `execute` at each size (--concurrency, --reps, --duration apply),
@@ -381,6 +387,7 @@ async fn run(args: &Args, plan: &Plan) -> Result<Report, BoxError> {
         postgres_url: &args.postgres_url,
         mysql_url: &args.mysql_url,
         sqlite_dir: args.sqlite_dir.as_deref(),
+        sqlite_mmap: args.sqlite_mmap,
     };
     for kind in StoreKind::ALL {
         let name = kind.name();
@@ -442,6 +449,7 @@ fn scale_mode(args: &Args, runtime: &tokio::runtime::Runtime) -> ExitCode {
         postgres_url: &args.postgres_url,
         mysql_url: &args.mysql_url,
         sqlite_dir: args.sqlite_dir.as_deref(),
+        sqlite_mmap: args.sqlite_mmap,
     };
     let report = match runtime.block_on(scale::run(&stores, places, &plan)) {
         Ok(report) => report,

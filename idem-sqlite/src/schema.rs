@@ -109,6 +109,17 @@ pub(crate) fn set_cache_size(conn: &Connection, bytes: usize) -> Result<(), Fail
         })
 }
 
+/// Sets how much of the file SQLite may map into memory
+/// (`PRAGMA mmap_size`; 0 turns mapping off).
+pub(crate) fn set_mmap_size(conn: &Connection, bytes: u64) -> Result<(), Failure> {
+    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+    conn.pragma_update(None, "mmap_size", bytes)
+        .map_err(|error| Failure::Setting {
+            what: format!("PRAGMA mmap_size = {bytes}"),
+            source: Some(std::sync::Arc::new(error)),
+        })
+}
+
 /// Creates the table and its index unless they exist, and refuses a table
 /// of the same name that is not the store's. Idempotent.
 pub(crate) fn migrate(conn: &Connection, busy_timeout: Duration) -> Result<(), Failure> {

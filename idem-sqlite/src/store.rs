@@ -73,10 +73,11 @@ pub enum Synchronous {
 /// * **Cache.** That connection keeps up to [`DEFAULT_CACHE_BYTES`] (64 MiB)
 ///   of pages ([`with_cache_size`](SqliteStore::with_cache_size)), so that
 ///   a lookup in a file of millions of records finds the B-trees' inner
-///   pages in memory instead of reading them back from the kernel. No
-///   memory-mapped I/O: SQLite leaves it off by default, since an I/O
-///   error on a mapped page ends the process instead of failing a
-///   statement.
+///   pages in memory instead of reading them back from the kernel.
+///   Memory-mapped I/O is off, as SQLite ships it (an I/O error on a
+///   mapped page ends the process instead of failing a statement);
+///   [`with_mmap_size`](SqliteStore::with_mmap_size) turns it on for files
+///   much larger than the cache.
 /// * **Durability.** The file is in WAL mode with
 ///   [`Synchronous::Full`] by default: an outcome that an operation
 ///   reported as recorded is on disk, so it survives a power cut, not just
@@ -199,6 +200,22 @@ impl SqliteStore {
     /// kernel's page cache sits behind it.
     pub fn with_cache_size(self, bytes: usize) -> SqliteStore {
         self.configure(Setting::CacheSize(bytes))
+    }
+
+    /// Lets SQLite read up to `bytes` of the file through memory-mapped
+    /// I/O (`PRAGMA mmap_size`; default 0, off, as SQLite ships it; SQLite
+    /// caps it at about 2 GB on Linux).
+    ///
+    /// A lookup then reads its pages from the kernel's page cache directly,
+    /// without a system call and a copy into the page cache above: in a
+    /// file far larger than that cache it is the difference between
+    /// replays that slow down with the file's size and replays that do not
+    /// (see `BENCHMARKS.md`, "Scale"). What it costs: an I/O error on a
+    /// mapped page (a failing disk, a file truncated behind SQLite's back)
+    /// ends the process with `SIGBUS` instead of failing one statement,
+    /// and the mapped pages count toward the process's resident memory.
+    pub fn with_mmap_size(self, bytes: u64) -> SqliteStore {
+        self.configure(Setting::MmapSize(bytes))
     }
 
     fn configure(self, setting: Setting) -> SqliteStore {

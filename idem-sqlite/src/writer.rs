@@ -37,6 +37,7 @@ pub(crate) enum Setting {
     MaxBatch(usize),
     Synchronous(Synchronous),
     CacheSize(usize),
+    MmapSize(u64),
 }
 
 /// The writer's settings.
@@ -168,6 +169,11 @@ impl Writer {
             Setting::Synchronous(synchronous) => {
                 self.settings.synchronous = synchronous;
                 if let Err(failure) = schema::set_synchronous(&self.conn, synchronous) {
+                    self.broken = Some(failure);
+                }
+            }
+            Setting::MmapSize(bytes) => {
+                if let Err(failure) = schema::set_mmap_size(&self.conn, bytes) {
                     self.broken = Some(failure);
                 }
             }

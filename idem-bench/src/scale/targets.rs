@@ -95,7 +95,9 @@ pub(crate) async fn open(
     }
     Ok(match kind {
         StoreKind::Memory => Opened::Target(Box::new(Memory::new())),
-        StoreKind::Sqlite => Opened::Target(Box::new(Sqlite::open(places.sqlite_dir, tag).await?)),
+        StoreKind::Sqlite => Opened::Target(Box::new(
+            Sqlite::open(places.sqlite_dir, places.sqlite_mmap, tag).await?,
+        )),
         StoreKind::Redis => server(
             places.redis_url,
             Redis::connect(places.redis_url, tag).await,
@@ -241,7 +243,7 @@ struct Sqlite {
 }
 
 impl Sqlite {
-    async fn open(dir: Option<&Path>, tag: &str) -> Result<Sqlite, BoxError> {
+    async fn open(dir: Option<&Path>, mmap: Option<u64>, tag: &str) -> Result<Sqlite, BoxError> {
         let (temp, dir) = match dir {
             Some(dir) => (None, dir.to_path_buf()),
             None => {
@@ -253,7 +255,10 @@ impl Sqlite {
             }
         };
         let path = dir.join(format!("{tag}-scale.db"));
-        let store = SqliteStore::open(&path).await?;
+        let mut store = SqliteStore::open(&path).await?;
+        if let Some(bytes) = mmap {
+            store = store.with_mmap_size(bytes);
+        }
         Ok(Sqlite {
             store: Arc::new(store),
             path,

@@ -25,6 +25,8 @@ pub(crate) struct Places<'a> {
     pub(crate) postgres_url: &'a str,
     pub(crate) mysql_url: &'a str,
     pub(crate) sqlite_dir: Option<&'a Path>,
+    /// Memory-mapped I/O for the SQLite stores, if asked for.
+    pub(crate) sqlite_mmap: Option<u64>,
 }
 
 /// A store's bench, or why its rows are skipped.
@@ -50,7 +52,7 @@ pub(crate) async fn open(
     Ok(match kind {
         StoreKind::Memory => Opened::Bench(Box::new(memory::MemoryBench)),
         StoreKind::Sqlite => Opened::Bench(Box::new(
-            sqlite::SqliteBench::open(places.sqlite_dir, tag).await?,
+            sqlite::SqliteBench::open(places.sqlite_dir, places.sqlite_mmap, tag).await?,
         )),
         StoreKind::Redis => server(
             places.redis_url,

@@ -30,7 +30,11 @@ pub(crate) struct SqliteBench {
 
 impl SqliteBench {
     /// Opens both files in `dir`, or in a temporary folder.
-    pub(crate) async fn open(dir: Option<&Path>, tag: &str) -> Result<SqliteBench, BoxError> {
+    pub(crate) async fn open(
+        dir: Option<&Path>,
+        mmap: Option<u64>,
+        tag: &str,
+    ) -> Result<SqliteBench, BoxError> {
         let (temp, dir) = match dir {
             Some(dir) => (None, dir.to_path_buf()),
             None => {
@@ -41,8 +45,12 @@ impl SqliteBench {
         };
         let grouped_path = dir.join(format!("{tag}-grouped.db"));
         let single_path = dir.join(format!("{tag}-single.db"));
-        let grouped = SqliteStore::open(&grouped_path).await?;
-        let single = SqliteStore::open(&single_path).await?.with_max_batch(1);
+        let mapped = |store: SqliteStore| match mmap {
+            Some(bytes) => store.with_mmap_size(bytes),
+            None => store,
+        };
+        let grouped = mapped(SqliteStore::open(&grouped_path).await?);
+        let single = mapped(SqliteStore::open(&single_path).await?).with_max_batch(1);
         Ok(SqliteBench {
             grouped: Arc::new(grouped),
             single: Arc::new(single),

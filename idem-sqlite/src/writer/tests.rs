@@ -264,3 +264,33 @@ fn the_page_cache_follows_the_setting() {
     assert_eq!(kib(&writer), -1);
     assert!(writer.broken.is_none());
 }
+
+/// Memory-mapped I/O is off until asked for, and then follows the setting.
+#[test]
+fn memory_mapping_is_off_until_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        busy_timeout: Duration::from_secs(1),
+        max_batch: 64,
+        synchronous: Synchronous::Full,
+        cache_bytes: crate::DEFAULT_CACHE_BYTES,
+    };
+    let conn = schema::connect(&Target::File(dir.path().join("m.db")), &settings).unwrap();
+    let mut writer = Writer::new(
+        conn,
+        settings,
+        std::sync::Arc::new(idem_core::Wakeups::new()),
+    );
+    let mapped = |writer: &Writer| -> i64 {
+        writer
+            .conn
+            .pragma_query_value(None, "mmap_size", |row| row.get(0))
+            .unwrap()
+    };
+    assert_eq!(mapped(&writer), 0);
+    writer.configure(Setting::MmapSize(64 << 20));
+    assert_eq!(mapped(&writer), 64 << 20);
+    writer.configure(Setting::MmapSize(0));
+    assert_eq!(mapped(&writer), 0);
+    assert!(writer.broken.is_none());
+}
