@@ -161,11 +161,14 @@ pub enum Outcome {
 /// can end in the dead letters ("gave up after N attempts; last error:
 /// another worker is handling this event"). No effect is repeated or lost
 /// — the handler is still fenced by idem — but a person must requeue it.
+/// A worker killed in the middle of its jobs costs each of them an
+/// attempt the same way: the next claim, after the lease lapses, counts.
 /// So: keep the lease well above the longest pause the worker's host can
 /// suffer (the 60 s default, not the sub-second leases of the tests), size
 /// [`concurrency`](WorkerConfig::concurrency) so that claimed jobs do not
-/// wait for a runtime thread, and allow attempts for the rounds a stall can
-/// cost.
+/// wait for a runtime thread, and allow attempts for the rounds a stall or
+/// the restarts a deployment expects can cost, on top of the handler's own
+/// failures.
 pub struct Worker {
     queue: Arc<dyn Queue>,
     completer: Arc<Completer>,
