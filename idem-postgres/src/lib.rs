@@ -110,9 +110,18 @@
 //! );
 //! ```
 //!
-//! A vacuum makes the dead rows' space reusable without shrinking the
-//! file, so the table then holds at its steady-state size. The "Scale"
-//! section of `BENCHMARKS.md` shows the dead rows and sizes a churn left.
+//! A vacuum makes the dead rows' space reusable (and gives back empty pages
+//! at the file's end), so the table then holds at its steady-state size;
+//! indexes keep what they grew before it. Measured over an hour of churn at
+//! 10 million records with these settings, autovacuum ran every two
+//! minutes and the heap held within 3 % of its size after the bulk load;
+//! with no vacuum, 25 minutes of the same churn had grown it 16 % (the
+//! "Scale" section of `BENCHMARKS.md`).
+//!
+//! A replay is one primary-key lookup; at millions of records it stays
+//! about as fast as at thousands while the key's index fits in
+//! `shared_buffers` and the kernel's page cache (at 10 million records the
+//! table is 2.2 GB and its indexes 0.8 GB).
 //!
 //! # Exactly-once effects: transactional completion
 //!
