@@ -14,8 +14,9 @@ use crate::webhooks_effects::EffectBook;
 /// The outbound API's destination name for the rate limiter.
 const REPLIES: &str = "replies";
 
-/// Attempts before an event goes to the dead letters. Generous: every
-/// claim after a killed worker's lease lapsed counts as one.
+/// Attempts before an event goes to the dead letters: room for the flaky
+/// events' failures and for a stall past the lease. Killed workers cost
+/// lapses, which the worker counts apart (its default limit, 16).
 pub(crate) const MAX_ATTEMPTS: u32 = 8;
 
 /// What the demo's payloads carry: the event's number, how many first

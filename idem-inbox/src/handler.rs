@@ -15,7 +15,8 @@ pub struct Event {
     pub id: String,
     /// The raw body received.
     pub payload: Vec<u8>,
-    /// Which attempt this is (1 for the first).
+    /// Which attempt this is (1 for the first). A run after a worker was
+    /// killed holding the event carries on the attempt that was cut off.
     pub attempt: u32,
 }
 

@@ -26,16 +26,25 @@ pub struct WorkerConfig {
     /// handler that finishes finds its next job without waiting a claim
     /// round trip, and completions overlap running jobs; the waiting jobs'
     /// leases are renewed. The price: a worker killed or stalled holds
-    /// these jobs too until their leases lapse, and each claim counts as
-    /// an attempt — with short leases on a loaded host, allow more
-    /// attempts (see [`Worker`]'s "Short leases on an overloaded queue").
+    /// these jobs too until their leases lapse, and each of them counts a
+    /// lapse (see [`Worker`]'s "Killed workers and short leases").
     pub prefetch: usize,
     /// The queue lease of a claimed job, renewed every third of it while the
     /// handler runs (default 60 s). Keep it long: see [`Worker`]'s "Short
     /// leases on an overloaded queue".
     pub lease: Duration,
-    /// Attempts before a job goes to the dead letters (default 8).
+    /// Attempts before a job goes to the dead letters (default 8): runs of
+    /// the handler that ended, in an error or in the worker giving the job
+    /// up.
     pub max_attempts: u32,
+    /// Lapsed leases before a job goes to the dead letters (default 16):
+    /// claims of the job after a worker was killed, or stalled past its
+    /// lease, while it held the job. Counted apart from the attempts, so
+    /// restarts do not spend the attempts the handler's failures are
+    /// allowed; bounded, so an event that kills its worker every time (it
+    /// exhausts memory, or never returns and starves the heartbeats) ends
+    /// in the dead letters instead of taking workers down forever.
+    pub max_lapses: u32,
     /// The wait between failed attempts.
     pub backoff: Backoff,
     /// How long to wait between claims when the queue is empty (default
@@ -53,6 +62,7 @@ impl Default for WorkerConfig {
             prefetch: 0,
             lease: Duration::from_secs(60),
             max_attempts: 8,
+            max_lapses: 16,
             backoff: Backoff::default(),
             poll: Duration::from_millis(200),
             grace: Duration::from_secs(30),
@@ -82,6 +92,12 @@ impl WorkerConfig {
     /// Sets [`max_attempts`](WorkerConfig::max_attempts) (at least 1).
     pub fn with_max_attempts(mut self, n: u32) -> WorkerConfig {
         self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Sets [`max_lapses`](WorkerConfig::max_lapses) (at least 1).
+    pub fn with_max_lapses(mut self, n: u32) -> WorkerConfig {
+        self.max_lapses = n.max(1);
         self
     }
 
@@ -148,27 +164,31 @@ pub enum Outcome {
 /// The [`Idempotent`]'s retention should outlast the longest span over
 /// which a job is retried, or a late retry runs the handler afresh.
 ///
-/// # Short leases on an overloaded queue
+/// # Killed workers and short leases
 ///
-/// Every claim counts as an attempt, including a claim of a job whose
-/// lease lapsed while its first holder was still at it. On an overloaded
-/// machine — a starved runtime, a queue database slow to answer, a pause
-/// longer than a third of the lease — heartbeats arrive late, the lease
-/// lapses, another worker claims the job and finds the event in flight
-/// under idem's own lease, and the job is put back. Each such round spends
-/// one of [`max_attempts`](WorkerConfig::max_attempts) without the handler
-/// failing at all, and with a short lease and few attempts a healthy event
-/// can end in the dead letters ("gave up after N attempts; last error:
-/// another worker is handling this event"). No effect is repeated or lost
-/// — the handler is still fenced by idem — but a person must requeue it.
-/// A worker killed in the middle of its jobs costs each of them an
-/// attempt the same way: the next claim, after the lease lapses, counts.
-/// So: keep the lease well above the longest pause the worker's host can
-/// suffer (the 60 s default, not the sub-second leases of the tests), size
+/// A claim that follows a lapsed lease counts a lapse, not an attempt:
+/// a worker killed in the middle of its jobs (a deployment, an
+/// out-of-memory kill, a crash) costs each of them one of
+/// [`max_lapses`](WorkerConfig::max_lapses) and none of
+/// [`max_attempts`](WorkerConfig::max_attempts). Past `max_lapses` the
+/// job is dead-lettered without running ("gave up after N lapsed
+/// leases"): an event that kills its worker every time stops there.
+///
+/// A stall is dearer. On an overloaded machine — a starved runtime, a
+/// queue database slow to answer, a pause longer than a third of the
+/// lease — heartbeats arrive late, the lease lapses, another worker claims
+/// the job (a lapse) and finds the event in flight under idem's own lease,
+/// and puts the job back; that round's next claim counts an attempt
+/// without the handler failing at all. With a short lease and few
+/// attempts a healthy event can end in the dead letters ("another worker
+/// is handling this event"). No effect is repeated or lost — the handler
+/// is still fenced by idem — but a person must requeue it. So: keep the
+/// lease well above the longest pause the worker's host can suffer (the
+/// 60 s default, not the sub-second leases of the tests), size
 /// [`concurrency`](WorkerConfig::concurrency) so that claimed jobs do not
-/// wait for a runtime thread, and allow attempts for the rounds a stall or
-/// the restarts a deployment expects can cost, on top of the handler's own
-/// failures.
+/// wait for a runtime thread, and allow attempts for the stalls the host
+/// can have, on top of the handler's own failures; allow lapses for the
+/// restarts a deployment expects.
 pub struct Worker {
     queue: Arc<dyn Queue>,
     completer: Arc<Completer>,
@@ -371,15 +391,29 @@ impl JobContext {
     }
 
     async fn run_and_settle(mut self, job: Job) -> Result<Outcome, QueueError> {
+        let last_error = || {
+            job.last_error
+                .clone()
+                .unwrap_or_else(|| "none (a worker stopped mid-job or overran its lease)".into())
+        };
+        if job.lapses > self.config.max_lapses {
+            // Claimed once too often after lapsed leases: its holders were
+            // killed, or stalled past their leases, every time.
+            let error = format!(
+                "gave up after {} lapsed leases (workers stopped or stalled holding it); \
+                 last error: {}",
+                job.lapses - 1,
+                last_error()
+            );
+            return self.settle(&job, Verdict::Dead(error)).await;
+        }
         if job.attempts > self.config.max_attempts {
-            // Claimed once too often: earlier holders crashed or stalled
-            // past their lease without settling.
+            // Claimed past its attempts: a queue that counts every claim
+            // as an attempt, or a limit lowered since the last attempt.
             let error = format!(
                 "gave up after {} attempts; last error: {}",
                 job.attempts - 1,
-                job.last_error
-                    .as_deref()
-                    .unwrap_or("none (a worker stopped mid-job or overran its lease)")
+                last_error()
             );
             return self.settle(&job, Verdict::Dead(error)).await;
         }

@@ -90,3 +90,63 @@ async fn migrate_is_idempotent() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_an_earlier_build_made_is_brought_up_to_date() {
+    let Some(pool) = support::postgres_pool(2).await else {
+        return;
+    };
+    let table = support::unique_table("inbox_old");
+    let _guard = support::DropTable(table.clone());
+    // The table as builds before lapses were counted made it, with a
+    // pending job and one a killed worker held on its second attempt.
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (
+             id           BIGSERIAL PRIMARY KEY,
+             source       TEXT        NOT NULL,
+             event_id     TEXT        NOT NULL,
+             payload      BYTEA       NOT NULL,
+             state        TEXT        NOT NULL,
+             attempts     INTEGER     NOT NULL,
+             run_after    TIMESTAMPTZ NOT NULL,
+             lease_until  TIMESTAMPTZ,
+             token        BYTEA,
+             last_error   TEXT,
+             history      JSONB       NOT NULL,
+             dedupe_until TIMESTAMPTZ NOT NULL,
+             UNIQUE (source, event_id))"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {table}
+             (source, event_id, payload, state, attempts, run_after, lease_until, token,
+              history, dedupe_until)
+         VALUES ('s', 'pending', '\\x01', 'pending', 0, now(), NULL, NULL, '[]',
+                 now() + interval '1 day'),
+                ('s', 'held', '\\x02', 'running', 2, now(), now() - interval '1 minute',
+                 '\\x00', '[]', now() + interval '1 day')"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let queue = PostgresQueue::from_pool(pool).with_table(&table).unwrap();
+    queue.migrate().await.unwrap();
+    queue.migrate().await.unwrap();
+    let mut jobs = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+    jobs.sort_by(|a, b| a.event_id.cmp(&b.event_id));
+    let counts: Vec<_> = jobs
+        .iter()
+        .map(|j| (j.event_id.as_str(), j.payload.clone(), j.attempts, j.lapses))
+        .collect();
+    assert_eq!(
+        counts,
+        [("held", vec![2], 2, 1), ("pending", vec![1], 1, 0)]
+    );
+    for job in &jobs {
+        assert!(queue.complete(job).await.unwrap().is_applied());
+    }
+    let held = queue.inspect(&jobs[0].id).await.unwrap().unwrap();
+    assert_eq!((held.attempts, held.lapses), (2, 1));
+}

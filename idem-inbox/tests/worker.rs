@@ -262,8 +262,18 @@ async fn retry_after_from_the_handler_is_honoured() {
     );
 }
 
+/// Claims `queue`'s one job `times` times, each holder "killed": its
+/// 50 ms lease left to lapse.
+async fn kill_holders(queue: &dyn Queue, times: u32) {
+    for _ in 0..times {
+        let held = queue.claim(1, Duration::from_millis(50)).await.unwrap();
+        assert_eq!(held.len(), 1, "the job was not due");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_claimed_past_its_attempts_is_dead_lettered_without_running() {
+async fn a_job_claimed_past_its_lapses_is_dead_lettered_without_running() {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
     let id = queue
@@ -272,11 +282,9 @@ async fn a_job_claimed_past_its_attempts_is_dead_lettered_without_running() {
         .unwrap()
         .id()
         .clone();
-    // Two workers die holding it.
-    for _ in 0..2 {
-        let _ = queue.claim(1, Duration::from_millis(50)).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(80)).await;
-    }
+    // Three workers die holding it: the second and third claims, and the
+    // worker's below, follow lapsed leases.
+    kill_holders(&*queue, 3).await;
     let calls = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&calls);
     let worker = Worker::new(
@@ -290,14 +298,63 @@ async fn a_job_claimed_past_its_attempts_is_dead_lettered_without_running() {
             }
         },
     )
-    .with_config(fast().with_max_attempts(2));
+    .with_config(fast().with_max_lapses(2));
     assert_eq!(worker.run_once(1).await.unwrap(), [Outcome::DeadLettered]);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert_eq!((info.attempts, info.lapses), (1, 3));
     assert!(info
         .last_error
         .unwrap()
-        .contains("gave up after 2 attempts"));
+        .contains("gave up after 2 lapsed leases"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_workers_do_not_spend_the_handlers_attempts() {
+    let (queue, _dir) = support::sqlite_queue().await;
+    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let id = queue
+        .enqueue(NewJob::new("s", "e", Vec::new()))
+        .await
+        .unwrap()
+        .id()
+        .clone();
+    // Four kills, twice the attempts allowed: each counted as a lapse.
+    kill_holders(&*queue, 4).await;
+    let effects = Effects::default();
+    let calls = Arc::new(AtomicU32::new(0));
+    let (made, counted) = (effects.clone(), Arc::clone(&calls));
+    let worker = Worker::new(
+        Arc::clone(&queue),
+        Idempotent::new(MemoryStore::new()),
+        move |e: Event| {
+            let (made, counted) = (made.clone(), Arc::clone(&counted));
+            async move {
+                // The handler's own failure spends the first attempt.
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(HandlerError::retryable("upstream down"));
+                }
+                made.make(&e.id);
+                Ok(())
+            }
+        },
+    )
+    .with_config(fast().with_max_attempts(2));
+    let mut outcomes = Vec::new();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !outcomes.contains(&Outcome::Completed) {
+        assert!(Instant::now() < give_up, "outcomes so far: {outcomes:?}");
+        outcomes.extend(worker.run_once(1).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(outcomes, [Outcome::Retried, Outcome::Completed]);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(effects.count("e"), 1);
+    let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempts, info.lapses),
+        (JobState::Done, 2, 4)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

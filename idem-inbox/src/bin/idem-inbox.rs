@@ -116,6 +116,7 @@ fn to_json(job: &JobInfo) -> String {
         "event_id": job.event_id,
         "state": job.state,
         "attempts": job.attempts,
+        "lapses": job.lapses,
         "last_error": job.last_error,
         "history": job.history,
         "payload": String::from_utf8_lossy(&job.payload),

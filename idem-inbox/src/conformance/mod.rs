@@ -113,6 +113,7 @@ macro_rules! __queue_cases {
             }
             lease {
                 lapsed_lease_makes_the_job_claimable_again,
+                lapses_and_attempts_are_counted_apart,
                 heartbeat_keeps_a_job_past_its_lease,
                 late_worker_cannot_settle_a_job_another_now_holds,
                 late_worker_settles_when_nobody_took_over,

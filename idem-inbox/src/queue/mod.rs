@@ -51,8 +51,15 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(3 * 24 * 60 * 60);
 ///   once the retention has passed since it was enqueued, and not before.
 /// * [`claim`](Queue::claim) MUST return at most `max` jobs, each due (pending
 ///   with `run_after` passed, or running with its lease lapsed), MUST give
-///   each a new token, a lease of `lease` from now on the backend's clock and
-///   one more attempt, and MUST NOT return one job to two concurrent claims.
+///   each a new token and a lease of `lease` from now on the backend's clock,
+///   and MUST NOT return one job to two concurrent claims. A pending job's
+///   claim MUST count one more attempt; a claim of a job whose lease lapsed
+///   MUST count one more lapse instead and leave its attempts as they were
+///   (the attempt that lapsed never ended, and this claim carries it on), so
+///   workers killed holding a job do not spend the attempts its handler's
+///   failures are allowed.
+/// * [`release`](Queue::release) MUST give back the attempt its claim
+///   counted, so a released job's next claim counts it again.
 /// * The settling methods MUST apply only when the job is running under the
 ///   given token, and MUST otherwise change nothing and return
 ///   [`Settle::LeaseLost`]. A worker whose lease lapsed MAY still settle
@@ -113,7 +120,8 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     /// The job `id`, in whatever state, or `None`.
     async fn inspect(&self, id: &JobId) -> Result<Option<JobInfo>, QueueError>;
 
-    /// Makes the dead letter `id` due now with its attempts reset; returns
+    /// Makes the dead letter `id` due now with its attempts and lapses
+    /// reset; returns
     /// whether there was such a dead letter.
     async fn requeue(&self, id: &JobId) -> Result<bool, QueueError>;
 
@@ -259,8 +267,14 @@ pub struct Job {
     pub event_id: String,
     /// The bytes enqueued.
     pub payload: Vec<u8>,
-    /// Attempts so far, this one included (1 on the first claim).
+    /// Attempts so far, this one included (1 on the first claim). A claim
+    /// that follows a lapsed lease carries on the attempt that lapsed and
+    /// counts a [`lapse`](Job::lapses) instead.
     pub attempts: u32,
+    /// Claims of this job that followed a lapsed lease — a worker killed,
+    /// or stalled past its lease, while it held the job — this one
+    /// included when it is one.
+    pub lapses: u32,
     /// The error the previous attempt ended with, if any.
     pub last_error: Option<String>,
     /// The claim's token.
@@ -334,6 +348,8 @@ pub struct JobInfo {
     pub state: JobState,
     /// Attempts so far.
     pub attempts: u32,
+    /// Claims so far that followed a lapsed lease.
+    pub lapses: u32,
     /// The error the last failed attempt ended with.
     pub last_error: Option<String>,
     /// Every failed attempt, oldest first.

@@ -37,6 +37,10 @@ struct Sql {
     schema: [String; 3],
     enqueue: String,
     duplicate: String,
+    /// Whether the table lacks the `lapses` column (made by an earlier
+    /// build), and the statement that adds it.
+    lapses_missing: String,
+    add_lapses: String,
     claim: String,
     heartbeat: String,
     complete: String,
@@ -51,9 +55,9 @@ struct Sql {
     depth: String,
 }
 
-const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, last_error, token";
+const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, lapses, last_error, token";
 const INFO_COLUMNS: &str =
-    "id, source, event_id, payload, state, attempts, last_error, history::text AS history";
+    "id, source, event_id, payload, state, attempts, lapses, last_error, history::text AS history";
 
 impl Sql {
     fn new(t: &str) -> Sql {
@@ -71,6 +75,7 @@ impl Sql {
                         payload      BYTEA       NOT NULL,
                         state        TEXT        NOT NULL,
                         attempts     INTEGER     NOT NULL,
+                        lapses       INTEGER     NOT NULL DEFAULT 0,
                         run_after    TIMESTAMPTZ NOT NULL,
                         lease_until  TIMESTAMPTZ,
                         token        BYTEA,
@@ -89,16 +94,25 @@ impl Sql {
                          now() + $4::float8 * interval '1 millisecond', '[]',
                          now() + $5::float8 * interval '1 millisecond')
                  ON CONFLICT (source, event_id) DO UPDATE SET
-                     payload = excluded.payload, state = 'pending', attempts = 0,
+                     payload = excluded.payload, state = 'pending', attempts = 0, lapses = 0,
                      run_after = excluded.run_after, lease_until = NULL, token = NULL,
                      last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
                  WHERE j.state = 'done' AND j.dedupe_until <= now()
                  RETURNING id"
             ),
             duplicate: format!("SELECT id FROM {t} WHERE source = $1 AND event_id = $2"),
+            lapses_missing: format!(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute
+                     WHERE attrelid = to_regclass('{t}') AND attname = 'lapses' AND NOT attisdropped)"
+            ),
+            add_lapses: format!(
+                "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lapses INTEGER NOT NULL DEFAULT 0"
+            ),
             claim: format!(
                 "UPDATE {t}
-                 SET state = 'running', attempts = attempts + 1,
+                 SET state = 'running',
+                     attempts = attempts + CASE state WHEN 'running' THEN 0 ELSE 1 END,
+                     lapses = lapses + CASE state WHEN 'running' THEN 1 ELSE 0 END,
                      token = uuid_send(gen_random_uuid()),
                      lease_until = now() + $2::float8 * interval '1 millisecond'
                  WHERE id IN (
@@ -146,7 +160,7 @@ impl Sql {
             ),
             inspect: format!("SELECT {INFO_COLUMNS} FROM {t} WHERE id = $1"),
             requeue: format!(
-                "UPDATE {t} SET state = 'pending', attempts = 0, run_after = now()
+                "UPDATE {t} SET state = 'pending', attempts = 0, lapses = 0, run_after = now()
                  WHERE id = $1 AND state = 'dead'"
             ),
             purge: format!(
@@ -209,10 +223,24 @@ impl PostgresQueue {
         &self.pool
     }
 
-    /// Creates the table and indexes if they are missing; safe to call again.
+    /// Creates the table and indexes if they are missing, and brings a
+    /// table an earlier build made up to date (its jobs keep their state and
+    /// count no lapses yet); safe to call again.
     pub async fn migrate(&self) -> Result<(), QueueError> {
         for statement in &self.sql.schema {
             sqlx::query(statement)
+                .execute(&self.pool)
+                .await
+                .map_err(backend)?;
+        }
+        // Looked up first: `ALTER TABLE` waits for every transaction open on
+        // the table, and a running queue's table always has some.
+        let missing: bool = sqlx::query_scalar(&self.sql.lapses_missing)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend)?;
+        if missing {
+            sqlx::query(&self.sql.add_lapses)
                 .execute(&self.pool)
                 .await
                 .map_err(backend)?;
@@ -266,6 +294,7 @@ fn job(row: &PgRow) -> Result<Job, sqlx::Error> {
         event_id: row.try_get("event_id")?,
         payload: row.try_get("payload")?,
         attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+        lapses: row.try_get::<i32, _>("lapses")?.max(0) as u32,
         last_error: row.try_get("last_error")?,
         token: Token::from_bytes(row.try_get::<Vec<u8>, _>("token")?),
     })
@@ -281,6 +310,7 @@ fn info(row: &PgRow) -> Result<JobInfo, QueueError> {
         payload: row.try_get("payload").map_err(backend)?,
         state: decode_state(BACKEND, &state)?,
         attempts: row.try_get::<i32, _>("attempts").map_err(backend)?.max(0) as u32,
+        lapses: row.try_get::<i32, _>("lapses").map_err(backend)?.max(0) as u32,
         last_error: row.try_get("last_error").map_err(backend)?,
         history: decode_history(BACKEND, &history)?,
     })

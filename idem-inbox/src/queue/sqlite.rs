@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS inbox_jobs (
     payload      BLOB    NOT NULL,
     state        TEXT    NOT NULL,
     attempts     INTEGER NOT NULL,
+    lapses       INTEGER NOT NULL DEFAULT 0,
     run_after    INTEGER NOT NULL,
     lease_until  INTEGER,
     token        BLOB,
@@ -35,8 +36,9 @@ CREATE INDEX IF NOT EXISTS inbox_jobs_due ON inbox_jobs (state, run_after);
 CREATE INDEX IF NOT EXISTS inbox_jobs_lease ON inbox_jobs (state, lease_until);
 ";
 
-const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, last_error, token";
-const INFO_COLUMNS: &str = "id, source, event_id, payload, state, attempts, last_error, history";
+const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, lapses, last_error, token";
+const INFO_COLUMNS: &str =
+    "id, source, event_id, payload, state, attempts, lapses, last_error, history";
 
 /// A [`Queue`] in one SQLite file: WAL, full synchronous commits, so a job
 /// acknowledged as enqueued survives a crash of the process or the machine.
@@ -94,9 +96,27 @@ impl SqliteQueue {
         self
     }
 
-    /// Creates the table and indexes if they are missing; safe to call again.
+    /// Creates the table and indexes if they are missing, and brings a
+    /// table an earlier build made up to date (its jobs keep their state and
+    /// count no lapses yet); safe to call again.
     pub async fn migrate(&self) -> Result<(), QueueError> {
-        self.run(|conn| conn.execute_batch(SCHEMA)).await
+        self.run(|conn| {
+            let tx = conn.transaction()?;
+            tx.execute_batch(SCHEMA)?;
+            let has_lapses: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM pragma_table_info('inbox_jobs')
+                     WHERE name = 'lapses')",
+                [],
+                |row| row.get(0),
+            )?;
+            if !has_lapses {
+                tx.execute_batch(
+                    "ALTER TABLE inbox_jobs ADD COLUMN lapses INTEGER NOT NULL DEFAULT 0",
+                )?;
+            }
+            tx.commit()
+        })
+        .await
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T, QueueError>
@@ -220,7 +240,7 @@ fn enqueue_one(
                  (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
              VALUES (?1, ?2, ?3, 'pending', 0, ?4 + ?5, '[]', ?4 + ?6)
              ON CONFLICT (source, event_id) DO UPDATE SET
-                 payload = excluded.payload, state = 'pending', attempts = 0,
+                 payload = excluded.payload, state = 'pending', attempts = 0, lapses = 0,
                  run_after = excluded.run_after, lease_until = NULL, token = NULL,
                  last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
              WHERE inbox_jobs.state = 'done' AND inbox_jobs.dedupe_until <= ?4
@@ -261,8 +281,9 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         event_id: row.get(2)?,
         payload: row.get(3)?,
         attempts: row.get(4)?,
-        last_error: row.get(5)?,
-        token: Token::from_bytes(row.get::<_, Vec<u8>>(6)?),
+        lapses: row.get(5)?,
+        last_error: row.get(6)?,
+        token: Token::from_bytes(row.get::<_, Vec<u8>>(7)?),
     })
 }
 
@@ -272,6 +293,7 @@ type InfoRow = (
     String,
     Vec<u8>,
     String,
+    u32,
     u32,
     Option<String>,
     String,
@@ -287,11 +309,12 @@ fn info_row(row: &Row<'_>) -> rusqlite::Result<InfoRow> {
         row.get(5)?,
         row.get(6)?,
         row.get(7)?,
+        row.get(8)?,
     ))
 }
 
 fn info(row: InfoRow) -> Result<JobInfo, QueueError> {
-    let (id, source, event_id, payload, state, attempts, last_error, history) = row;
+    let (id, source, event_id, payload, state, attempts, lapses, last_error, history) = row;
     Ok(JobInfo {
         id: JobId::new(id.to_string()),
         source,
@@ -299,6 +322,7 @@ fn info(row: InfoRow) -> Result<JobInfo, QueueError> {
         payload,
         state: decode_state(BACKEND, &state)?,
         attempts,
+        lapses,
         last_error,
         history: decode_history(BACKEND, &history)?,
     })
@@ -340,8 +364,10 @@ impl Queue for SqliteQueue {
             let now = now_ms();
             let mut stmt = conn.prepare_cached(&format!(
                 "UPDATE inbox_jobs
-                 SET state = 'running', attempts = attempts + 1, token = randomblob(16),
-                     lease_until = ?1 + ?2
+                 SET state = 'running',
+                     attempts = attempts + CASE state WHEN 'running' THEN 0 ELSE 1 END,
+                     lapses = lapses + CASE state WHEN 'running' THEN 1 ELSE 0 END,
+                     token = randomblob(16), lease_until = ?1 + ?2
                  WHERE id IN (
                      SELECT id FROM inbox_jobs
                      WHERE (state = 'pending' AND run_after <= ?1)
@@ -472,7 +498,7 @@ impl Queue for SqliteQueue {
         let changed = self
             .run(move |conn| {
                 conn.execute(
-                    "UPDATE inbox_jobs SET state = 'pending', attempts = 0, run_after = ?2
+                    "UPDATE inbox_jobs SET state = 'pending', attempts = 0, lapses = 0, run_after = ?2
                      WHERE id = ?1 AND state = 'dead'",
                     params![id, now_ms()],
                 )

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::super::support::{claim, claim_one, enqueue_new, settled, source, LONG};
+use super::super::support::{claim, claim_one, enqueue_new, past, settled, source, LEASE, LONG};
 use super::super::QueueFactory;
 use crate::queue::{JobId, JobState, NewJob, Settle};
 
@@ -59,13 +59,17 @@ pub async fn dead_letter_keeps_the_job_and_its_history(factory: &dyn QueueFactor
     assert!(matches!(again, crate::queue::Enqueued::Duplicate(_)));
 }
 
-/// A requeued dead letter is due at once, attempts counted afresh, history
-/// kept.
+/// A requeued dead letter is due at once, attempts and lapses counted
+/// afresh, history kept.
 pub async fn requeue_makes_a_dead_letter_due_again(factory: &dyn QueueFactory) {
     let fixture = factory.fixture().await;
     let queue = fixture.queue();
     let id = enqueue_new(&*queue, NewJob::new(source("requeue"), "e", Vec::new())).await;
+    // Its worker was killed once before it was given up.
+    claim_one(&*queue, LEASE).await;
+    past(LEASE).await;
     let job = claim_one(&*queue, LONG).await;
+    assert_eq!(job.lapses, 1);
     assert!(queue
         .dead_letter(&job, "bad config")
         .await
@@ -78,7 +82,7 @@ pub async fn requeue_makes_a_dead_letter_due_again(factory: &dyn QueueFactory) {
     );
     let again = claim_one(&*queue, LONG).await;
     assert_eq!(again.id, id);
-    assert_eq!(again.attempts, 1);
+    assert_eq!((again.attempts, again.lapses), (1, 0));
     assert!(queue
         .dead_letters(100)
         .await

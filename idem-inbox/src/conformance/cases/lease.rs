@@ -9,7 +9,8 @@ use super::super::support::{claim, claim_one, enqueue_new, past, settled, source
 use super::super::QueueFactory;
 use crate::queue::{JobState, NewJob, Settle};
 
-/// A job whose worker vanished is claimed again once its lease lapses.
+/// A job whose worker vanished is claimed again once its lease lapses; the
+/// claim counts a lapse and carries on the attempt that lapsed.
 pub async fn lapsed_lease_makes_the_job_claimable_again(factory: &dyn QueueFactory) {
     let fixture = factory.fixture().await;
     let queue = fixture.queue();
@@ -23,7 +24,65 @@ pub async fn lapsed_lease_makes_the_job_claimable_again(factory: &dyn QueueFacto
     let heir = claim_one(&*queue, LONG).await;
     assert_eq!(heir.id, crashed.id);
     assert_ne!(heir.token, crashed.token);
-    assert_eq!(heir.attempts, 2);
+    assert_eq!(
+        (crashed.attempts, crashed.lapses),
+        (1, 0),
+        "a first claim's counts"
+    );
+    assert_eq!(
+        (heir.attempts, heir.lapses),
+        (1, 1),
+        "a claim after a lapsed lease must count a lapse, not an attempt"
+    );
+}
+
+/// Lapses and attempts are counted apart through every transition: kills
+/// add lapses only, a release gives back the attempt its claim carried,
+/// a retry keeps both, and inspection shows them.
+pub async fn lapses_and_attempts_are_counted_apart(factory: &dyn QueueFactory) {
+    let fixture = factory.fixture().await;
+    let queue = fixture.queue();
+    let id = enqueue_new(&*queue, NewJob::new(source("lapses"), "e", Vec::new())).await;
+    // Three workers killed holding it.
+    let mut job = claim_one(&*queue, LEASE).await;
+    for lapse in 1..=3 {
+        past(LEASE).await;
+        job = claim_one(&*queue, LEASE).await;
+        assert_eq!(
+            (job.attempts, job.lapses),
+            (1, lapse),
+            "after {lapse} kills"
+        );
+    }
+    // The last one is released unrun: its attempt is given back.
+    assert_eq!(
+        settled(queue.release(&job).await, "release"),
+        Settle::Applied
+    );
+    let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert_eq!((info.attempts, info.lapses), (0, 3), "after the release");
+    let job = claim_one(&*queue, LONG).await;
+    assert_eq!(
+        (job.attempts, job.lapses),
+        (1, 3),
+        "the claim after a release"
+    );
+    assert_eq!(
+        settled(queue.retry(&job, Duration::ZERO, "failed").await, "retry"),
+        Settle::Applied
+    );
+    let job = claim_one(&*queue, LONG).await;
+    assert_eq!(
+        (job.attempts, job.lapses),
+        (2, 3),
+        "the claim after a retry"
+    );
+    let info = queue.inspect(&id).await.unwrap().unwrap();
+    assert_eq!((info.attempts, info.lapses), (2, 3), "inspect");
+    assert_eq!(
+        settled(queue.complete(&job).await, "complete"),
+        Settle::Applied
+    );
 }
 
 /// Heartbeats keep a job held well past its original lease.
