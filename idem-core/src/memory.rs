@@ -1,7 +1,8 @@
 //! `MemoryStore`: the reference store and the executable form of the
 //! [`Store`] contract.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,10 +19,83 @@ use crate::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, To
 /// pause and advance the clock to lapse leases and retention without
 /// sleeping. Waiters are woken in process the moment an outcome is
 /// recorded or a claim released ([`Store::wakeups`]).
+///
+/// [`purge_expired`](Store::purge_expired) takes the records whose
+/// retention ended first from an index ordered by deadline, so a purge
+/// holds the store's lock for the records it deletes, not for a scan of
+/// every record held.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    records: Mutex<HashMap<String, Entry>>,
+    inner: Mutex<Inner>,
     wakeups: Arc<Wakeups>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: HashMap<Arc<str>, Entry>,
+    /// Retention deadlines, soonest first. Each record has one item here
+    /// that it tracks (`Entry::indexed`), due no later than its own
+    /// deadline; other items are left over from records since replaced
+    /// or removed, and are dropped when they come up.
+    deadlines: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
+}
+
+impl Inner {
+    /// Stores `entry` under `key`, keeping the deadline index's rule: a
+    /// record's tracked item is due no later than its retention ends. The
+    /// item of the record it replaces serves while it is not later than
+    /// the new deadline (a completion or a renewal only moves the deadline
+    /// on), so most writes leave the index as it is.
+    fn put(&mut self, key: &str, mut entry: Entry) {
+        let Some((held, old)) = self.records.get_key_value(key) else {
+            let key: Arc<str> = Arc::from(key);
+            self.deadlines
+                .push(Reverse((entry.indexed, Arc::clone(&key))));
+            self.records.insert(key, entry);
+            return;
+        };
+        if old.indexed <= entry.retention_deadline {
+            entry.indexed = old.indexed;
+        } else {
+            self.deadlines
+                .push(Reverse((entry.indexed, Arc::clone(held))));
+        }
+        if let Some(old) = self.records.get_mut(key) {
+            *old = entry;
+        }
+    }
+
+    /// Deletes up to `limit` records whose retention ended by `now`,
+    /// soonest first.
+    fn purge(&mut self, now: Instant, limit: usize) -> usize {
+        let mut purged = 0;
+        while purged < limit {
+            let Some(Reverse((due, _))) = self.deadlines.peek() else {
+                break;
+            };
+            if *due > now {
+                break;
+            }
+            let Some(Reverse((due, key))) = self.deadlines.pop() else {
+                break;
+            };
+            let Some(entry) = self.records.get_mut(&key) else {
+                continue; // removed since
+            };
+            if entry.indexed != due {
+                continue; // replaced since, and tracks another item
+            }
+            if entry.is_live(now) {
+                // Its retention was moved on: track it at its new deadline.
+                entry.indexed = entry.retention_deadline;
+                self.deadlines.push(Reverse((entry.indexed, key)));
+            } else {
+                self.records.remove(&key);
+                purged += 1;
+            }
+        }
+        purged
+    }
 }
 
 #[derive(Debug)]
@@ -32,17 +106,21 @@ struct Entry {
     payload: Vec<u8>,
     lease_deadline: Option<Instant>,
     retention_deadline: Instant,
+    /// The deadline of the index item this record tracks.
+    indexed: Instant,
 }
 
 impl Entry {
     fn new(record: &NewRecord<'_>, now: Instant) -> Entry {
+        let retention_deadline = deadline(now, record.retention);
         Entry {
             token: record.token,
             fingerprint: record.fingerprint,
             state: record.state,
             payload: record.payload.to_vec(),
             lease_deadline: record.lease.map(|lease| deadline(now, lease)),
-            retention_deadline: deadline(now, record.retention),
+            retention_deadline,
+            indexed: retention_deadline,
         }
     }
 
@@ -83,19 +161,21 @@ impl MemoryStore {
 
     /// How many records it holds, live or not yet purged.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().records.len()
     }
 
     /// Whether it holds no record at all.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().records.is_empty()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while the lock was held cannot leave an entry half-written
-        // (every change is a single insert or remove), so a poisoned map is
-        // still consistent.
-        self.records
+        // (every change is a single insert or remove; an index push that
+        // did not happen only leaves an item missing for a record, which
+        // the record's own earlier item or its replacement covers), so a
+        // poisoned store is still consistent.
+        self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -110,15 +190,15 @@ impl MemoryStore {
         also: impl Fn(&Entry, Instant) -> bool,
     ) -> bool {
         let now = Instant::now();
-        let mut records = self.lock();
-        match records.get_mut(key) {
+        let mut inner = self.lock();
+        match inner.records.get(key) {
             Some(entry)
                 if entry.is_live(now)
                     && entry.state == State::InFlight
                     && entry.token == expected
                     && also(entry, now) =>
             {
-                *entry = Entry::new(record, now);
+                inner.put(key, Entry::new(record, now));
                 true
             }
             _ => false,
@@ -130,11 +210,11 @@ impl MemoryStore {
 impl Store for MemoryStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         let now = Instant::now();
-        let mut records = self.lock();
-        match records.get(key) {
+        let mut inner = self.lock();
+        match inner.records.get(key) {
             Some(entry) if entry.is_live(now) => Ok(Insert::Found(entry.to_record(now))),
             _ => {
-                records.insert(key.to_owned(), Entry::new(record, now));
+                inner.put(key, Entry::new(record, now));
                 Ok(Insert::Inserted)
             }
         }
@@ -164,15 +244,16 @@ impl Store for MemoryStore {
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
         let now = Instant::now();
-        let mut records = self.lock();
-        match records.get(key) {
+        let mut inner = self.lock();
+        match inner.records.get(key) {
             Some(entry)
                 if entry.is_live(now)
                     && entry.state == State::InFlight
                     && entry.token == expected =>
             {
-                records.remove(key);
-                drop(records);
+                // Its index item is left to be dropped when it comes up.
+                inner.records.remove(key);
+                drop(inner);
                 self.wakeups.wake(key);
                 Ok(true)
             }
@@ -182,29 +263,205 @@ impl Store for MemoryStore {
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
-        let records = self.lock();
-        Ok(records
+        let inner = self.lock();
+        Ok(inner
+            .records
             .get(key)
             .filter(|entry| entry.is_live(now))
             .map(|entry| entry.to_record(now)))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        let now = Instant::now();
-        let mut records = self.lock();
-        let expired: Vec<String> = records
-            .iter()
-            .filter(|(_, entry)| !entry.is_live(now))
-            .map(|(key, _)| key.clone())
-            .take(limit)
-            .collect();
-        for key in &expired {
-            records.remove(key);
-        }
-        Ok(expired.len())
+        Ok(self.lock().purge(Instant::now(), limit))
     }
 
     fn wakeups(&self) -> Option<Arc<Wakeups>> {
         Some(Arc::clone(&self.wakeups))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn record(state: State, token: Token, retention_ms: u64) -> NewRecord<'static> {
+        let retention = Duration::from_millis(retention_ms);
+        NewRecord {
+            token,
+            fingerprint: Fingerprint::of_bytes(b"request"),
+            state,
+            payload: b"",
+            lease: (state == State::InFlight).then_some(retention),
+            retention,
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("a runtime")
+    }
+
+    /// Every record tracks exactly one item of the index, due no later than
+    /// its retention ends.
+    fn assert_indexed(store: &MemoryStore) {
+        let inner = store.lock();
+        for (key, entry) in &inner.records {
+            assert!(entry.indexed <= entry.retention_deadline, "{key}");
+            let tracked = inner
+                .deadlines
+                .iter()
+                .filter(|Reverse((due, k))| k == key && *due == entry.indexed)
+                .count();
+            assert!(tracked >= 1, "{key} tracks no index item");
+        }
+    }
+
+    #[test]
+    fn renewals_and_completions_leave_the_index_as_it_is() {
+        runtime().block_on(async {
+            let store = MemoryStore::new();
+            let token = Token::random();
+            let first = record(State::InFlight, token, 1_000);
+            assert_eq!(store.insert("k", &first).await.unwrap(), Insert::Inserted);
+            for _ in 0..1_000 {
+                tokio::time::advance(Duration::from_millis(10)).await;
+                let renewal = record(State::InFlight, token, 1_000);
+                assert!(store.swap("k", token, &renewal).await.unwrap());
+            }
+            let done = record(State::Completed, token, 60_000);
+            assert!(store.swap("k", token, &done).await.unwrap());
+            assert_eq!(store.lock().deadlines.len(), 1, "the index grew");
+            // The first item comes up long before the record's retention
+            // ends: the purge moves it on and deletes nothing.
+            tokio::time::advance(Duration::from_secs(30)).await;
+            assert_eq!(store.purge_expired(10).await.unwrap(), 0);
+            assert!(store.load("k").await.unwrap().is_some());
+            assert_indexed(&store);
+            tokio::time::advance(Duration::from_secs(31)).await;
+            assert_eq!(store.purge_expired(10).await.unwrap(), 1);
+            assert!(store.is_empty());
+        });
+    }
+
+    #[test]
+    fn a_shortened_retention_is_purged_when_it_ends() {
+        runtime().block_on(async {
+            let store = MemoryStore::new();
+            let token = Token::random();
+            let long = record(State::InFlight, token, 60_000);
+            assert_eq!(store.insert("k", &long).await.unwrap(), Insert::Inserted);
+            let short = record(State::Failed, token, 100);
+            assert!(store.swap("k", token, &short).await.unwrap());
+            tokio::time::advance(Duration::from_millis(101)).await;
+            assert_eq!(store.purge_expired(10).await.unwrap(), 1);
+            assert!(store.is_empty());
+        });
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u8, u64),
+        Complete(u8, u64),
+        Renew(u8, u64),
+        Remove(u8),
+        Advance(u64),
+        Purge(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..6u8, 1..100u64).prop_map(|(k, r)| Op::Insert(k, r)),
+            (0..6u8, 1..100u64).prop_map(|(k, r)| Op::Complete(k, r)),
+            (0..6u8, 1..100u64).prop_map(|(k, r)| Op::Renew(k, r)),
+            (0..6u8).prop_map(Op::Remove),
+            (0..60u64).prop_map(Op::Advance),
+            (0..4usize).prop_map(Op::Purge),
+        ]
+    }
+
+    proptest! {
+        /// Against a model of which records are held and until when: a
+        /// purge deletes as many expired records as it may, only expired
+        /// ones, and every record stays indexed.
+        #[test]
+        fn purge_takes_expired_records_and_only_those(ops in prop::collection::vec(op(), 1..80)) {
+            runtime().block_on(async {
+                let store = MemoryStore::new();
+                // key -> (token, in flight, retention deadline)
+                let mut model: HashMap<String, (Token, bool, Instant)> = HashMap::new();
+                for op in ops {
+                    let now = Instant::now();
+                    let live = |model: &HashMap<String, (Token, bool, Instant)>, k: &str| {
+                        model.get(k).filter(|(_, _, until)| now < *until).copied()
+                    };
+                    match op {
+                        Op::Insert(k, r) => {
+                            let (k, token) = (k.to_string(), Token::random());
+                            let inserted = store
+                                .insert(&k, &record(State::InFlight, token, r))
+                                .await
+                                .unwrap();
+                            let expected = live(&model, &k).is_none();
+                            assert_eq!(inserted == Insert::Inserted, expected);
+                            if expected {
+                                model.insert(k, (token, true, now + Duration::from_millis(r)));
+                            }
+                        }
+                        Op::Complete(k, r) | Op::Renew(k, r) => {
+                            let k = k.to_string();
+                            let renew = matches!(op, Op::Renew(..));
+                            let state = if renew { State::InFlight } else { State::Completed };
+                            let held = live(&model, &k).filter(|(_, in_flight, _)| *in_flight);
+                            let token = held.map_or_else(Token::random, |(t, _, _)| t);
+                            let swapped = store.swap(&k, token, &record(state, token, r)).await.unwrap();
+                            assert_eq!(swapped, held.is_some());
+                            if swapped {
+                                model.insert(k, (token, renew, now + Duration::from_millis(r)));
+                            }
+                        }
+                        Op::Remove(k) => {
+                            let k = k.to_string();
+                            let held = live(&model, &k).filter(|(_, in_flight, _)| *in_flight);
+                            let token = held.map_or_else(Token::random, |(t, _, _)| t);
+                            let removed = store.remove(&k, token).await.unwrap();
+                            assert_eq!(removed, held.is_some());
+                            if removed {
+                                model.remove(&k);
+                            }
+                        }
+                        Op::Advance(ms) => tokio::time::advance(Duration::from_millis(ms)).await,
+                        Op::Purge(limit) => {
+                            let expired: Vec<String> = model
+                                .iter()
+                                .filter(|(_, (_, _, until))| *until <= now)
+                                .map(|(k, _)| k.clone())
+                                .collect();
+                            let purged = store.purge_expired(limit).await.unwrap();
+                            assert_eq!(purged, limit.min(expired.len()));
+                            let gone: Vec<String> = model
+                                .keys()
+                                .filter(|k| !store.lock().records.contains_key(k.as_str()))
+                                .cloned()
+                                .collect();
+                            assert_eq!(gone.len(), purged);
+                            for k in gone {
+                                assert!(expired.contains(&k), "purged the live record {k}");
+                                model.remove(&k);
+                            }
+                        }
+                    }
+                    assert_eq!(store.len(), model.len());
+                    assert_indexed(&store);
+                }
+            });
+        }
     }
 }
