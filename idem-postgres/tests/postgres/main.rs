@@ -8,6 +8,7 @@ mod support;
 mod legacy;
 mod names_and_rows;
 mod pools_and_faults;
+mod purge;
 mod races;
 mod round_trips;
 mod tx;
