@@ -69,13 +69,14 @@ impl Inner {
     fn purge(&mut self, now: Instant, limit: usize) -> usize {
         let mut purged = 0;
         while purged < limit {
-            let Some(Reverse((due, _))) = self.deadlines.peek() else {
-                break;
-            };
-            if *due > now {
+            if self
+                .deadlines
+                .peek()
+                .is_none_or(|Reverse((due, _))| *due > now)
+            {
                 break;
             }
-            let Some(Reverse((due, key))) = self.deadlines.pop() else {
+            let Some(Reverse((_, key))) = self.deadlines.pop() else {
                 break;
             };
             let Some(entry) = self.records.get(&key) else {

@@ -280,6 +280,7 @@ async fn a_connection_cut_during_commit_never_duplicates() {
         let key = format!("cut{i}");
         let delay = rand::rng().random_range(0..3000);
         let (pool, charges_table, key_row) = (store.pool().clone(), charges.clone(), key.clone());
+        let (cut, was_cut) = tokio::sync::oneshot::channel::<()>();
         let first: Result<String, Error<sqlx::Error>> = store
             .execute_in_tx(&idem, &key, &key, move |tx| {
                 Box::pin(async move {
@@ -292,6 +293,7 @@ async fn a_connection_cut_during_commit_never_duplicates() {
                             .bind(pid)
                             .execute(&pool)
                             .await;
+                        let _ = cut.send(());
                     });
                     let nonce = format!("{:016x}", rand::random::<u64>());
                     sqlx::query(&format!(
@@ -308,6 +310,10 @@ async fn a_connection_cut_during_commit_never_duplicates() {
         if first.is_err() {
             failed += 1;
         }
+        // The cut may land after the call returned, on the connection idle
+        // in the pool: wait for it, so no later statement meets it unseen
+        // (the pool tests a connection before handing it out).
+        let _ = was_cut.await;
         // Retry (without a cut) until the key is settled, as a client would.
         let charges_table = charges.clone();
         let value = loop {
@@ -363,6 +369,7 @@ async fn mysql_a_connection_killed_during_commit_never_duplicates() {
         let key = format!("cut{i}");
         let delay = rand::rng().random_range(0..3000);
         let (pool, sql, key_row) = (store.pool().clone(), insert.clone(), key.clone());
+        let (cut, was_cut) = tokio::sync::oneshot::channel::<()>();
         let first: Result<String, Error<sqlx::Error>> = store
             .execute_in_tx(&idem, &key, &key, move |tx| {
                 Box::pin(async move {
@@ -372,6 +379,7 @@ async fn mysql_a_connection_killed_during_commit_never_duplicates() {
                     tokio::spawn(async move {
                         tokio::time::sleep(Duration::from_micros(delay)).await;
                         let _ = sqlx::raw_sql(&format!("KILL {id}")).execute(&pool).await;
+                        let _ = cut.send(());
                     });
                     let nonce = format!("{:016x}", rand::random::<u64>());
                     sqlx::query(&sql)
@@ -386,6 +394,10 @@ async fn mysql_a_connection_killed_during_commit_never_duplicates() {
         if first.is_err() {
             failed += 1;
         }
+        // The kill may land after the call returned, on the connection idle
+        // in the pool: wait for it, so no later statement meets it unseen
+        // (the pool tests a connection before handing it out).
+        let _ = was_cut.await;
         // Retry (without a kill) until the key is settled, as a client would.
         let value = loop {
             let (sql, key_row) = (insert.clone(), key.clone());
