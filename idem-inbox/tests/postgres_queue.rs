@@ -134,19 +134,7 @@ async fn a_table_an_earlier_build_made_is_brought_up_to_date() {
     let queue = PostgresQueue::from_pool(pool).with_table(&table).unwrap();
     queue.migrate().await.unwrap();
     queue.migrate().await.unwrap();
-    let mut jobs = queue.claim(10, Duration::from_secs(30)).await.unwrap();
-    jobs.sort_by(|a, b| a.event_id.cmp(&b.event_id));
-    let counts: Vec<_> = jobs
-        .iter()
-        .map(|j| (j.event_id.as_str(), j.payload.clone(), j.attempts, j.lapses))
-        .collect();
-    assert_eq!(
-        counts,
-        [("held", vec![2], 2, 1), ("pending", vec![1], 1, 0)]
-    );
-    for job in &jobs {
-        assert!(queue.complete(job).await.unwrap().is_applied());
-    }
-    let held = queue.inspect(&jobs[0].id).await.unwrap().unwrap();
+    let held = support::claim_what_an_earlier_build_left(&queue).await;
+    let held = queue.inspect(&held).await.unwrap().unwrap();
     assert_eq!((held.attempts, held.lapses), (2, 1));
 }

@@ -262,19 +262,10 @@ async fn retry_after_from_the_handler_is_honoured() {
     );
 }
 
-/// Claims `queue`'s one job `times` times, each holder "killed": its
-/// 50 ms lease left to lapse.
-async fn kill_holders(queue: &dyn Queue, times: u32) {
-    for _ in 0..times {
-        let held = queue.claim(1, Duration::from_millis(50)).await.unwrap();
-        assert_eq!(held.len(), 1, "the job was not due");
-        tokio::time::sleep(Duration::from_millis(80)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_claimed_past_its_lapses_is_dead_lettered_without_running() {
-    let (queue, _dir) = support::sqlite_queue().await;
+/// A queue holding one job whose holders were "killed" `times` times: each
+/// claimed it with a 50 ms lease and left the lease to lapse.
+async fn a_job_killed(times: u32) -> (Arc<dyn Queue>, tempfile::TempDir, idem_inbox::queue::JobId) {
+    let (queue, dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
     let id = queue
         .enqueue(NewJob::new("s", "e", Vec::new()))
@@ -282,9 +273,19 @@ async fn a_job_claimed_past_its_lapses_is_dead_lettered_without_running() {
         .unwrap()
         .id()
         .clone();
+    for _ in 0..times {
+        let held = queue.claim(1, Duration::from_millis(50)).await.unwrap();
+        assert_eq!(held.len(), 1, "the job was not due");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    (queue, dir, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_claimed_past_its_lapses_is_dead_lettered_without_running() {
     // Three workers die holding it: the second and third claims, and the
     // worker's below, follow lapsed leases.
-    kill_holders(&*queue, 3).await;
+    let (queue, _dir, id) = a_job_killed(3).await;
     let calls = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&calls);
     let worker = Worker::new(
@@ -311,16 +312,8 @@ async fn a_job_claimed_past_its_lapses_is_dead_lettered_without_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_workers_do_not_spend_the_handlers_attempts() {
-    let (queue, _dir) = support::sqlite_queue().await;
-    let queue: Arc<dyn Queue> = Arc::new(queue);
-    let id = queue
-        .enqueue(NewJob::new("s", "e", Vec::new()))
-        .await
-        .unwrap()
-        .id()
-        .clone();
     // Four kills, twice the attempts allowed: each counted as a lapse.
-    kill_holders(&*queue, 4).await;
+    let (queue, _dir, id) = a_job_killed(4).await;
     let effects = Effects::default();
     let calls = Arc::new(AtomicU32::new(0));
     let (made, counted) = (effects.clone(), Arc::clone(&calls));

@@ -161,3 +161,24 @@ pub async fn purge_deletes_only_completed_jobs_past_retention(queue: &dyn Queue)
         2
     );
 }
+
+/// Claims the two jobs an earlier build left in `queue` — event `pending`
+/// (payload 1) never claimed, and event `held` (payload 2) that a killed
+/// worker held on its second attempt, its lease lapsed — checks that they
+/// count as this build counts, completes them, and returns the held job.
+pub async fn claim_what_an_earlier_build_left(queue: &dyn Queue) -> idem_inbox::queue::JobId {
+    let mut jobs = queue.claim(10, Duration::from_secs(30)).await.unwrap();
+    jobs.sort_by(|a, b| a.event_id.cmp(&b.event_id));
+    let counts: Vec<_> = jobs
+        .iter()
+        .map(|j| (j.event_id.as_str(), j.payload.clone(), j.attempts, j.lapses))
+        .collect();
+    assert_eq!(
+        counts,
+        [("held", vec![2], 2, 1), ("pending", vec![1], 1, 0)]
+    );
+    for job in &jobs {
+        assert!(queue.complete(job).await.unwrap().is_applied());
+    }
+    jobs[0].id.clone()
+}
