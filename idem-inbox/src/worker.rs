@@ -399,10 +399,12 @@ impl JobContext {
         if job.lapses > self.config.max_lapses {
             // Claimed once too often after lapsed leases: its holders were
             // killed, or stalled past their leases, every time.
+            // Every lapse counted, this claim's included, is a lease that
+            // lapsed: unlike an attempt, none of them is this claim's own.
             let error = format!(
                 "gave up after {} lapsed leases (workers stopped or stalled holding it); \
                  last error: {}",
-                job.lapses - 1,
+                job.lapses,
                 last_error()
             );
             return self.settle(&job, Verdict::Dead(error)).await;

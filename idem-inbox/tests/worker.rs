@@ -307,7 +307,7 @@ async fn a_job_claimed_past_its_lapses_is_dead_lettered_without_running() {
     assert!(info
         .last_error
         .unwrap()
-        .contains("gave up after 2 lapsed leases"));
+        .contains("gave up after 3 lapsed leases"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
