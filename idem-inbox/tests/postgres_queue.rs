@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_inbox::conformance::{run_all, QueueFactory, QueueFixture};
-use idem_inbox::queue::{NewJob, PostgresQueue, Queue, QueueError};
+use idem_inbox::queue::{Enqueued, NewJob, PostgresQueue, Queue, QueueError};
 use sqlx::PgPool;
 
 struct Tables(PgPool);
@@ -137,4 +137,110 @@ async fn a_table_an_earlier_build_made_is_brought_up_to_date() {
     let held = support::claim_what_an_earlier_build_left(&queue).await;
     let held = queue.inspect(&held).await.unwrap().unwrap();
     assert_eq!((held.attempts, held.lapses), (2, 1));
+}
+
+/// 64 callers at once deliver 150 events three times each (so groups hold
+/// several deliveries, some of one event): every event is enqueued once,
+/// every answer names the job that holds its own event, and the table
+/// holds one row per event.
+async fn concurrent_deliveries_each_get_their_own_answer(groups: usize) {
+    let Some(pool) = support::postgres_pool(8).await else {
+        return;
+    };
+    let (queue, _guard) = support::postgres_queue(pool.clone()).await;
+    let queue = std::sync::Arc::new(queue.with_enqueue_groups(groups));
+    let (events, deliveries, callers) = (150usize, 3usize, 64usize);
+    let mut tasks = tokio::task::JoinSet::new();
+    for caller in 0..callers {
+        let queue = std::sync::Arc::clone(&queue);
+        tasks.spawn(async move {
+            let mut answers = Vec::new();
+            for n in (caller..events * deliveries).step_by(callers) {
+                let event = format!("evt_{}", n % events);
+                let answer = queue
+                    .enqueue(NewJob::new("s", &event, event.as_bytes().to_vec()))
+                    .await
+                    .unwrap();
+                answers.push((event, answer));
+            }
+            answers
+        });
+    }
+    let mut by_event: std::collections::HashMap<String, Vec<Enqueued>> = Default::default();
+    while let Some(answers) = tasks.join_next().await {
+        for (event, answer) in answers.unwrap() {
+            by_event.entry(event).or_default().push(answer);
+        }
+    }
+    assert_eq!(by_event.len(), events);
+    for (event, answers) in &by_event {
+        assert_eq!(answers.len(), deliveries, "{event}");
+        let new = answers
+            .iter()
+            .filter(|a| matches!(a, Enqueued::New(_)))
+            .count();
+        assert_eq!(new, 1, "{event} was enqueued {new} times: {answers:?}");
+        let id = answers[0].id();
+        assert!(answers.iter().all(|a| a.id() == id), "{event}: {answers:?}");
+        let held = queue.inspect(id).await.unwrap().unwrap();
+        assert_eq!(
+            held.event_id, *event,
+            "the answer for {event} names another job"
+        );
+        assert_eq!(held.payload, event.as_bytes());
+    }
+    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", queue.table()))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, events as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_enqueues_give_each_delivery_its_own_answer() {
+    concurrent_deliveries_each_get_their_own_answer(idem_inbox::queue::DEFAULT_ENQUEUE_GROUPS)
+        .await;
+    concurrent_deliveries_each_get_their_own_answer(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueues_sent_alone_give_each_delivery_its_own_answer() {
+    concurrent_deliveries_each_get_their_own_answer(0).await;
+}
+
+/// A row the server refuses (text with a NUL byte) in a burst of good
+/// ones: its own enqueue fails, every other one lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_server_refuses_fails_only_its_own_enqueue() {
+    let Some(pool) = support::postgres_pool(4).await else {
+        return;
+    };
+    let (queue, _guard) = support::postgres_queue(pool).await;
+    let queue = std::sync::Arc::new(queue.with_enqueue_groups(1));
+    for round in 0..5 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 0..32 {
+            let queue = std::sync::Arc::clone(&queue);
+            let event = if n == 7 {
+                format!("bad\0{round}")
+            } else {
+                format!("good_{round}_{n}")
+            };
+            tasks.spawn(async move {
+                let answer = queue.enqueue(NewJob::new("s", &event, Vec::new())).await;
+                (event, answer)
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            let (event, answer) = joined.unwrap();
+            match (event.starts_with("bad"), answer) {
+                (true, Err(QueueError::Backend { .. })) => {}
+                (false, Ok(Enqueued::New(id))) => {
+                    assert_eq!(queue.inspect(&id).await.unwrap().unwrap().event_id, event);
+                }
+                (_, answer) => panic!("{event:?} answered {answer:?}"),
+            }
+        }
+    }
+    assert_eq!(queue.depth().await.unwrap(), Some(5 * 31));
 }

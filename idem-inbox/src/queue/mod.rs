@@ -30,7 +30,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresQueue;
+pub use postgres::{PostgresQueue, DEFAULT_ENQUEUE_GROUPS};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteQueue;
 

@@ -1,5 +1,8 @@
 //! The PostgreSQL queue.
 
+mod group;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,6 +19,9 @@ const BACKEND: &str = "postgres";
 /// The default table.
 const DEFAULT_TABLE: &str = "idem_inbox_jobs";
 
+/// How many grouped enqueue statements run at once, by default.
+pub const DEFAULT_ENQUEUE_GROUPS: usize = 2;
+
 /// A [`Queue`] in one PostgreSQL table.
 ///
 /// Every deadline is computed by the server from `now()`, so workers'
@@ -23,12 +29,36 @@ const DEFAULT_TABLE: &str = "idem_inbox_jobs";
 /// WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent
 /// workers take disjoint batches without waiting on each other. Tokens are
 /// `gen_random_uuid()` (PostgreSQL 13 or later).
+///
+/// # Grouped enqueues
+///
+/// Enqueues that arrive together — a receiver's concurrent deliveries —
+/// are written together: at most
+/// [`DEFAULT_ENQUEUE_GROUPS`] statements are on their way at once
+/// ([`with_enqueue_groups`](PostgresQueue::with_enqueue_groups)), and each
+/// carries every enqueue that arrived while the others were busy (up to
+/// 256 jobs or 4 MiB of payload), as one `INSERT … SELECT FROM unnest(…)
+/// ON CONFLICT` in one transaction. A lone enqueue goes at once, as a
+/// single-row insert. Each caller still learns its own answer: a new job,
+/// or a duplicate with the id of the job already held (two deliveries of
+/// one event in one group: the first is new, the second its duplicate). A
+/// group the server refuses is sent again one job at a time, so one bad
+/// row fails only its own caller. Rows are inserted in (source, event id)
+/// order, so concurrent groups take their row locks in one order and
+/// cannot deadlock.
+///
+/// Why: each single-row enqueue costs the server a statement, a
+/// transaction and a commit, and the client a round trip; under a burst
+/// of deliveries these, not the rows, are the work (`BENCHMARKS.md`, "The
+/// inbox").
 #[derive(Debug, Clone)]
 pub struct PostgresQueue {
     pool: PgPool,
     table: String,
     retention: Duration,
-    sql: Sql,
+    sql: Arc<Sql>,
+    /// `None` sends each enqueue alone.
+    groups: Option<Arc<group::Groups>>,
 }
 
 /// The statements, built once from the validated table name.
@@ -36,7 +66,9 @@ pub struct PostgresQueue {
 struct Sql {
     schema: [String; 3],
     enqueue: String,
+    enqueue_group: String,
     duplicate: String,
+    duplicates: String,
     /// Whether the table lacks the `lapses` column (made by an earlier
     /// build), and the statement that adds it.
     lapses_missing: String,
@@ -100,7 +132,28 @@ impl Sql {
                  WHERE j.state = 'done' AND j.dedupe_until <= now()
                  RETURNING id"
             ),
+            enqueue_group: format!(
+                "INSERT INTO {t} AS j
+                     (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
+                 SELECT i.source, i.event_id, i.payload, 'pending', 0,
+                        now() + i.delay * interval '1 millisecond', '[]',
+                        now() + $5::float8 * interval '1 millisecond'
+                 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::float8[])
+                     AS i(source, event_id, payload, delay)
+                 ORDER BY i.source, i.event_id
+                 ON CONFLICT (source, event_id) DO UPDATE SET
+                     payload = excluded.payload, state = 'pending', attempts = 0, lapses = 0,
+                     run_after = excluded.run_after, lease_until = NULL, token = NULL,
+                     last_error = NULL, history = '[]', dedupe_until = excluded.dedupe_until
+                 WHERE j.state = 'done' AND j.dedupe_until <= now()
+                 RETURNING id, source, event_id"
+            ),
             duplicate: format!("SELECT id FROM {t} WHERE source = $1 AND event_id = $2"),
+            duplicates: format!(
+                "SELECT j.id, j.source, j.event_id
+                 FROM unnest($1::text[], $2::text[]) AS i(source, event_id)
+                 JOIN {t} AS j ON j.source = i.source AND j.event_id = i.event_id"
+            ),
             lapses_missing: format!(
                 "SELECT NOT EXISTS (SELECT 1 FROM pg_attribute
                      WHERE attrelid = to_regclass('{t}') AND attname = 'lapses' AND NOT attisdropped)"
@@ -191,8 +244,19 @@ impl PostgresQueue {
             pool,
             table: DEFAULT_TABLE.to_owned(),
             retention: DEFAULT_RETENTION,
-            sql: Sql::new(DEFAULT_TABLE),
+            sql: Arc::new(Sql::new(DEFAULT_TABLE)),
+            groups: Some(Arc::new(group::Groups::new(DEFAULT_ENQUEUE_GROUPS))),
         }
+    }
+
+    /// Lets at most `statements` grouped enqueue statements run at once
+    /// (default [`DEFAULT_ENQUEUE_GROUPS`]; see "Grouped enqueues" above);
+    /// `0` sends every enqueue alone, as many at once as the pool allows.
+    /// Keep it below the pool's size, so claims and settlements find a
+    /// connection while enqueues are busy.
+    pub fn with_enqueue_groups(mut self, statements: usize) -> PostgresQueue {
+        self.groups = (statements > 0).then(|| Arc::new(group::Groups::new(statements)));
+        self
     }
 
     /// Uses the table `name`: 1–48 ASCII letters, digits and underscores,
@@ -203,7 +267,7 @@ impl PostgresQueue {
             return Err(QueueError::InvalidName(name.to_owned()));
         }
         self.table = name.to_owned();
-        self.sql = Sql::new(name);
+        self.sql = Arc::new(Sql::new(name));
         Ok(self)
     }
 
@@ -267,6 +331,41 @@ impl PostgresQueue {
     }
 }
 
+/// Enqueues one job with a single-row insert.
+async fn enqueue_one(
+    pool: &PgPool,
+    sql: &Sql,
+    retention_ms: i64,
+    job: NewJob,
+) -> Result<Enqueued, QueueError> {
+    loop {
+        let inserted: Option<i64> = sqlx::query_scalar(&sql.enqueue)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .bind(&job.payload)
+            .bind(millis(job.delay) as f64)
+            .bind(retention_ms as f64)
+            .fetch_optional(pool)
+            .await
+            .map_err(backend)?;
+        if let Some(id) = inserted {
+            return Ok(Enqueued::New(JobId::new(id.to_string())));
+        }
+        // The conflicting row is committed (ON CONFLICT waited for it), and
+        // only a purge of a completed, expired job removes rows, so it is
+        // there to be read unless a purge ran in between; then insert again.
+        let held: Option<i64> = sqlx::query_scalar(&sql.duplicate)
+            .bind(&job.source)
+            .bind(&job.event_id)
+            .fetch_optional(pool)
+            .await
+            .map_err(backend)?;
+        if let Some(id) = held {
+            return Ok(Enqueued::Duplicate(JobId::new(id.to_string())));
+        }
+    }
+}
+
 /// The parameters a fenced statement takes after the id and the token.
 enum Extra<'a> {
     None,
@@ -319,30 +418,10 @@ fn info(row: &PgRow) -> Result<JobInfo, QueueError> {
 #[async_trait]
 impl Queue for PostgresQueue {
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
-        let inserted: Option<i64> = sqlx::query_scalar(&self.sql.enqueue)
-            .bind(&job.source)
-            .bind(&job.event_id)
-            .bind(&job.payload)
-            .bind(millis(job.delay) as f64)
-            .bind(millis(self.retention) as f64)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        if let Some(id) = inserted {
-            return Ok(Enqueued::New(JobId::new(id.to_string())));
-        }
-        // The conflicting row is committed (ON CONFLICT waited for it), and
-        // only a purge of a completed, expired job removes rows, so it is
-        // there to be read unless a purge ran in between.
-        let held: Option<i64> = sqlx::query_scalar(&self.sql.duplicate)
-            .bind(&job.source)
-            .bind(&job.event_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend)?;
-        match held {
-            Some(id) => Ok(Enqueued::Duplicate(JobId::new(id.to_string()))),
-            None => Box::pin(self.enqueue(job)).await,
+        let retention = millis(self.retention);
+        match &self.groups {
+            Some(groups) => groups.enqueue(&self.pool, &self.sql, retention, job).await,
+            None => enqueue_one(&self.pool, &self.sql, retention, job).await,
         }
     }
 
