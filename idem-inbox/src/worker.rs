@@ -25,9 +25,12 @@ pub struct WorkerConfig {
     /// Jobs claimed ahead of a free handler (default 0). Claimed early, a
     /// handler that finishes finds its next job without waiting a claim
     /// round trip, and completions overlap running jobs; the waiting jobs'
-    /// leases are renewed. The price: a worker killed or stalled holds
-    /// these jobs too until their leases lapse, and each of them counts a
-    /// lapse (see [`Worker`]'s "Killed workers and short leases").
+    /// leases are renewed. While every handler is busy, the worker claims
+    /// again once half the prefetch has drained, so claims come in
+    /// batches rather than one job each time a job ends. The price: a
+    /// worker killed or stalled holds these jobs too until their leases
+    /// lapse, and each of them counts a lapse (see [`Worker`]'s "Killed
+    /// workers and short leases").
     pub prefetch: usize,
     /// The queue lease of a claimed job, renewed every third of it while the
     /// handler runs (default 60 s). Keep it long: see [`Worker`]'s "Short
@@ -231,9 +234,8 @@ impl Worker {
     /// poll interval; it does not stop the worker.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         // Claimed jobs held at once: the handlers and the prefetch.
-        let permits = Arc::new(Semaphore::new(
-            self.config.concurrency.saturating_add(self.config.prefetch),
-        ));
+        let held_at_most = self.config.concurrency.saturating_add(self.config.prefetch);
+        let permits = Arc::new(Semaphore::new(held_at_most));
         let handlers = Arc::new(Semaphore::new(self.config.concurrency));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
@@ -246,7 +248,16 @@ impl Worker {
                 depth_read = Some(std::time::Instant::now());
             }
             let free = permits.available_permits();
-            let claimed = if free == 0 {
+            // A handler may be idle: claim now. Otherwise every handler is
+            // busy and prefetched jobs wait: claim once half the prefetch
+            // has drained, so claims come in batches instead of one job at
+            // a time as each job ends (a claim costs a statement and a
+            // commit whatever its size), and the jobs still waiting cover
+            // the claim's round trip.
+            let held = held_at_most - free;
+            let worth_claiming = free > 0
+                && (held < self.config.concurrency || free >= self.config.prefetch.div_ceil(2));
+            let claimed = if !worth_claiming {
                 Ok(Vec::new())
             } else {
                 tokio::select! {
@@ -266,7 +277,7 @@ impl Worker {
                     () = &mut shutdown => break,
                     () = tokio::time::sleep(self.config.poll) => {}
                     // A finished job frees room to claim.
-                    Some(_) = tasks.join_next(), if free == 0 => {}
+                    Some(_) = tasks.join_next(), if !worth_claiming => {}
                 }
                 continue;
             }

@@ -44,6 +44,22 @@ impl Effects {
     }
 }
 
+/// Runs `worker` until every job in `ids` is done or dead, then shuts it
+/// down and waits for it to stop.
+async fn run_until_settled(worker: Worker, queue: &dyn Queue, ids: &[idem_inbox::queue::JobId]) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    until_settled(queue, ids).await;
+    stop.send(()).unwrap();
+    running.await.unwrap();
+}
+
 async fn until_settled(queue: &dyn Queue, ids: &[idem_inbox::queue::JobId]) {
     let give_up = Instant::now() + Duration::from_secs(20);
     loop {
@@ -90,17 +106,7 @@ async fn every_event_makes_its_effect_once_despite_duplicates() {
         },
     )
     .with_config(fast().with_concurrency(4));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        worker
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    until_settled(&*queue, &ids).await;
-    stop.send(()).unwrap();
-    running.await.unwrap();
+    run_until_settled(worker, &*queue, &ids).await;
     assert_eq!(effects.total(), 40);
     assert_eq!(effects.max(), 1);
 }
@@ -383,17 +389,7 @@ async fn concurrency_is_bounded_and_used() {
         },
     )
     .with_config(fast().with_concurrency(3));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        worker
-            .run(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    until_settled(&*queue, &ids).await;
-    stop.send(()).unwrap();
-    task.await.unwrap();
+    run_until_settled(worker, &*queue, &ids).await;
     assert_eq!(
         peak.load(Ordering::SeqCst),
         3,
@@ -566,4 +562,156 @@ async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
     );
     let info = queue.inspect(&id).await.unwrap().unwrap();
     assert_eq!((info.state, info.attempts), (JobState::Done, 1));
+}
+
+/// A SQLite queue that counts the claims that brought jobs back.
+#[derive(Debug)]
+struct CountingClaims {
+    inner: idem_inbox::queue::SqliteQueue,
+    claims: AtomicUsize,
+    claimed: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Queue for CountingClaims {
+    async fn enqueue(
+        &self,
+        job: NewJob,
+    ) -> Result<idem_inbox::queue::Enqueued, idem_inbox::queue::QueueError> {
+        self.inner.enqueue(job).await
+    }
+    async fn claim(
+        &self,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<idem_inbox::queue::Job>, idem_inbox::queue::QueueError> {
+        let jobs = self.inner.claim(max, lease).await?;
+        if !jobs.is_empty() {
+            self.claims.fetch_add(1, Ordering::SeqCst);
+            self.claimed.fetch_add(jobs.len(), Ordering::SeqCst);
+        }
+        Ok(jobs)
+    }
+    async fn heartbeat(
+        &self,
+        job: &idem_inbox::queue::Job,
+        lease: Duration,
+    ) -> Result<idem_inbox::queue::Settle, idem_inbox::queue::QueueError> {
+        self.inner.heartbeat(job, lease).await
+    }
+    async fn complete(
+        &self,
+        job: &idem_inbox::queue::Job,
+    ) -> Result<idem_inbox::queue::Settle, idem_inbox::queue::QueueError> {
+        self.inner.complete(job).await
+    }
+    async fn complete_many(
+        &self,
+        jobs: &[idem_inbox::queue::Job],
+    ) -> Result<Vec<idem_inbox::queue::Settle>, idem_inbox::queue::QueueError> {
+        self.inner.complete_many(jobs).await
+    }
+    async fn retry(
+        &self,
+        job: &idem_inbox::queue::Job,
+        delay: Duration,
+        error: &str,
+    ) -> Result<idem_inbox::queue::Settle, idem_inbox::queue::QueueError> {
+        self.inner.retry(job, delay, error).await
+    }
+    async fn release(
+        &self,
+        job: &idem_inbox::queue::Job,
+    ) -> Result<idem_inbox::queue::Settle, idem_inbox::queue::QueueError> {
+        self.inner.release(job).await
+    }
+    async fn dead_letter(
+        &self,
+        job: &idem_inbox::queue::Job,
+        error: &str,
+    ) -> Result<idem_inbox::queue::Settle, idem_inbox::queue::QueueError> {
+        self.inner.dead_letter(job, error).await
+    }
+    async fn dead_letters(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<idem_inbox::queue::JobInfo>, idem_inbox::queue::QueueError> {
+        self.inner.dead_letters(limit).await
+    }
+    async fn inspect(
+        &self,
+        id: &idem_inbox::queue::JobId,
+    ) -> Result<Option<idem_inbox::queue::JobInfo>, idem_inbox::queue::QueueError> {
+        self.inner.inspect(id).await
+    }
+    async fn requeue(
+        &self,
+        id: &idem_inbox::queue::JobId,
+    ) -> Result<bool, idem_inbox::queue::QueueError> {
+        self.inner.requeue(id).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64, idem_inbox::queue::QueueError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+/// With prefetch, a worker whose handlers are all busy claims once half
+/// its prefetch has drained, not one job each time a job ends: claims come
+/// in batches while every handler stays busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetching_worker_claims_in_batches_and_keeps_its_handlers_busy() {
+    let (inner, _dir) = support::sqlite_queue().await;
+    let queue = Arc::new(CountingClaims {
+        inner,
+        claims: AtomicUsize::new(0),
+        claimed: AtomicUsize::new(0),
+    });
+    let jobs = 120;
+    let mut ids = Vec::new();
+    for n in 0..jobs {
+        let enqueued = queue
+            .enqueue(NewJob::new("s", n.to_string(), Vec::new()))
+            .await
+            .unwrap();
+        ids.push(enqueued.id().clone());
+    }
+    let effects = Effects::default();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (e, r, p) = (effects.clone(), Arc::clone(&running), Arc::clone(&peak));
+    let worker = Worker::new(
+        Arc::clone(&queue) as Arc<dyn Queue>,
+        Idempotent::new(MemoryStore::new()),
+        move |event: Event| {
+            let (e, r, p) = (e.clone(), Arc::clone(&r), Arc::clone(&p));
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                e.make(&event.id);
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+    )
+    .with_config(fast().with_concurrency(4).with_prefetch(8));
+    run_until_settled(worker, &*queue, &ids).await;
+    assert_eq!(effects.total(), jobs);
+    assert_eq!(effects.max(), 1);
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        4,
+        "the handlers were not all kept busy"
+    );
+    let (claims, claimed) = (
+        queue.claims.load(Ordering::SeqCst),
+        queue.claimed.load(Ordering::SeqCst),
+    );
+    assert_eq!(claimed, jobs as usize);
+    // One job per claim as each job ends would be about 110 claims here;
+    // batches of half the prefetch, about 30.
+    assert!(
+        claims <= jobs as usize / 3,
+        "{claims} claims for {claimed} jobs: the worker claims one job at a time"
+    );
 }
