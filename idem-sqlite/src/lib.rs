@@ -87,5 +87,6 @@ mod writer;
 pub use rusqlite;
 pub use store::{
     SqliteStore, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BATCH,
+    PURGE_CHUNK,
 };
 pub use tx::Settle;

@@ -102,3 +102,76 @@ async fn the_in_memory_store_keeps_records_while_it_lives() {
         .unwrap());
     assert_eq!(store.load("k").await.unwrap().expect("live").payload, b"v");
 }
+
+/// `count` records whose retention has passed, under keys `{prefix}{n}`.
+/// Written from 16 callers at once, so the writer commits them in groups.
+async fn expired(store: &SqliteStore, prefix: &str, count: usize) {
+    let mut writers = tokio::task::JoinSet::new();
+    for first in 0..16 {
+        let (store, prefix) = (store.clone(), prefix.to_owned());
+        writers.spawn(async move {
+            for n in (first..count).step_by(16) {
+                let key = format!("{prefix}{n}");
+                let record = completed(Token::random(), b"done", Duration::from_millis(1));
+                assert!(matches!(
+                    store.insert(&key, &record).await.unwrap(),
+                    Insert::Inserted
+                ));
+            }
+        });
+    }
+    while let Some(written) = writers.join_next().await {
+        written.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+#[tokio::test]
+async fn a_purge_past_one_chunk_deletes_exactly_its_limit() {
+    let (store, _dir, _) = fresh().await;
+    let count = idem_sqlite::PURGE_CHUNK * 2 + 50;
+    expired(&store, "old-", count).await;
+    let first = idem_sqlite::PURGE_CHUNK * 2 + 30;
+    assert_eq!(store.purge_expired(first).await.unwrap(), first);
+    assert_eq!(store.purge_expired(1000).await.unwrap(), count - first);
+    assert_eq!(store.purge_expired(1000).await.unwrap(), 0);
+}
+
+/// A large purge is deleted in chunks, and an operation sent while it runs
+/// is served between two of them, not after the whole batch: when the
+/// operation's answer comes back, expired rows are still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_sent_during_a_large_purge_are_served_between_its_chunks() {
+    let (store, _dir, path) = fresh().await;
+    let count = idem_sqlite::PURGE_CHUNK * 40;
+    expired(&store, "old-", count).await;
+    let live = completed(Token::random(), b"live", HOUR);
+    store.insert("live", &live).await.unwrap();
+    let purging = {
+        let store = store.clone();
+        tokio::spawn(async move { store.purge_expired(count).await })
+    };
+    // Wait for the purge's first chunk to be on its way.
+    let reader = idem_sqlite::rusqlite::Connection::open(&path).unwrap();
+    let left = |reader: &idem_sqlite::rusqlite::Connection| -> i64 {
+        reader
+            .query_row(
+                "SELECT count(*) FROM idem_records WHERE key LIKE 'old-%'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap()
+    };
+    while left(&reader) == count as i64 {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let loaded = store.load("live").await.unwrap();
+    let left_when_served = left(&reader);
+    assert!(loaded.is_some());
+    assert!(
+        left_when_served > 0,
+        "the load waited for the whole purge of {count} records"
+    );
+    assert_eq!(purging.await.unwrap().unwrap(), count);
+    assert_eq!(left(&reader), 0);
+}
