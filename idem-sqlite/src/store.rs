@@ -103,8 +103,10 @@ pub enum Synchronous {
 ///   [`PURGE_CHUNK`], each one statement on the writer thread: the
 ///   operations sent meanwhile are served between chunks, so a purge of
 ///   [`PURGE_BATCH`](idem_core::PURGE_BATCH) records holds a claim up for
-///   one chunk's delete, not the whole batch's (at ten million records a
-///   batch of 1,000 took about 15 ms, a chunk about a tenth of that).
+///   one chunk's delete, not the whole batch's. The price: each chunk
+///   commits on its own, so a purge deletes fewer records a second
+///   (`BENCHMARKS.md`, "Purge at scale": still 15× a 1,000/s ingest at
+///   ten million records).
 ///
 /// # Schema
 ///
