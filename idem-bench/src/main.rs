@@ -191,6 +191,11 @@ struct Args {
     #[arg(long, value_parser = parse_duration)]
     scale_purge_every: Option<Duration>,
 
+    /// Records the churn's purger asks `purge_expired` for per call.
+    /// Default idem-core's `PURGE_BATCH` (1000), what `spawn_purger` uses.
+    #[arg(long)]
+    scale_purge_batch: Option<usize>,
+
     /// How long the churn's steady state is measured. Default 60s, or 1s
     /// with --quick.
     #[arg(long, value_parser = parse_duration)]
@@ -284,6 +289,10 @@ impl Args {
                     .max(1),
                 retention: pick(self.scale_retention, 30_000, 1000),
                 every: pick(self.scale_purge_every, 5000, 250),
+                batch: self
+                    .scale_purge_batch
+                    .unwrap_or(idem_core::PURGE_BATCH)
+                    .max(1),
                 window: pick(self.scale_window, 60_000, 1000),
             },
             first_retention: Duration::from_millis(if quick { 500 } else { 1000 }),

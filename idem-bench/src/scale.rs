@@ -126,6 +126,9 @@ pub(crate) struct Churned {
     pub(crate) purge_calls: u64,
     pub(crate) purge_errors: u64,
     pub(crate) purge_error: Option<String>,
+    /// The steady window's claims, split by whether a purge call ran
+    /// beside them.
+    pub(crate) split: churn::Split,
     /// Rows held beyond the bulk at the end of the steady window, where the
     /// store counts them.
     pub(crate) held: Option<u64>,
@@ -503,7 +506,8 @@ async fn churn_store(
         Choice::Fresh(format!("{}c", plan.tag)),
     );
     let counts = Arc::new(PurgeCounts::default());
-    let purger = churn::spawn_counting_purger(store.clone(), shape.every, counts.clone());
+    let purger =
+        churn::spawn_counting_purger(store.clone(), shape.every, shape.batch, counts.clone());
     let began = Instant::now();
     // Nothing has expired yet, so nothing is purged: the baseline. It ends
     // before the first of its records expires.
@@ -515,8 +519,12 @@ async fn churn_store(
     let settle = (shape.retention + shape.every * 2).saturating_sub(baseline_for);
     let _ = churn::ingest(protocol.clone(), shape.rate, settle).await;
     let (purged_before, busy_before, calls_before, errors_before) = counts.read();
+    let steady_began = Instant::now();
     let steady = churn::ingest(protocol.clone(), shape.rate, shape.window).await;
     let (purged_after, busy_after, calls_after, errors_after) = counts.read();
+    let mut purges = counts.spans();
+    purges.retain(|&(_, ended)| ended > steady_began);
+    let split = churn::split(&steady.calls, &purges);
     let held = target.rows().await?.map(|n| n.saturating_sub(bulk + 1));
     let notes = target.after_churn().await?;
     let churned_for = began.elapsed();
@@ -533,6 +541,7 @@ async fn churn_store(
         purge_calls: calls_after - calls_before,
         purge_errors: errors_after - errors_before,
         purge_error: counts.first_error(),
+        split,
         held,
         churned_for,
         notes,

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{Store, PURGE_BATCH};
+use idem_core::Store;
 use tokio::task::JoinSet;
 
 use crate::runner::{Outcome, Protocol, Tally};
@@ -20,6 +20,8 @@ pub(crate) struct Churn {
     pub(crate) retention: Duration,
     /// The purger's period.
     pub(crate) every: Duration,
+    /// Records asked of `purge_expired` per call.
+    pub(crate) batch: usize,
     /// How long the steady state is measured, with the purger running.
     pub(crate) window: Duration,
 }
@@ -37,6 +39,8 @@ pub(crate) struct PurgeCounts {
     calls: AtomicU64,
     errors: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// When each call began and ended, while switched on.
+    spans: Mutex<Vec<(Instant, Instant)>>,
 }
 
 impl PurgeCounts {
@@ -57,14 +61,21 @@ impl PurgeCounts {
     pub(crate) fn first_error(&self) -> Option<String> {
         self.first_error.lock().ok().and_then(|e| e.clone())
     }
+
+    /// When each purge call so far began and ended, in order.
+    pub(crate) fn spans(&self) -> Vec<(Instant, Instant)> {
+        self.spans.lock().map(|s| s.clone()).unwrap_or_default()
+    }
 }
 
-/// Runs `spawn_purger`'s loop (every `every`, batches of [`PURGE_BATCH`]
-/// until one comes back short) while `counts` is switched on, timing each
+/// Runs `spawn_purger`'s loop (every `every`, batches of `batch` —
+/// [`PURGE_BATCH`](idem_core::PURGE_BATCH) unless the run says otherwise — until one comes back
+/// short) while `counts` is switched on, timing each
 /// call: the library's purger with counters the harness can read.
 pub(crate) fn spawn_counting_purger(
     store: Arc<dyn Store>,
     every: Duration,
+    batch: usize,
     counts: Arc<PurgeCounts>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -74,16 +85,20 @@ pub(crate) fn spawn_counting_purger(
             ticks.tick().await;
             while counts.on.load(Ordering::Relaxed) {
                 let began = Instant::now();
-                let result = store.purge_expired(PURGE_BATCH).await;
+                let result = store.purge_expired(batch).await;
+                let ended = Instant::now();
                 counts.busy_ns.fetch_add(
-                    u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                    u64::try_from((ended - began).as_nanos()).unwrap_or(u64::MAX),
                     Ordering::Relaxed,
                 );
+                if let Ok(mut spans) = counts.spans.lock() {
+                    spans.push((began, ended));
+                }
                 counts.calls.fetch_add(1, Ordering::Relaxed);
                 match result {
                     Ok(purged) => {
                         counts.purged.fetch_add(purged as u64, Ordering::Relaxed);
-                        if purged < PURGE_BATCH {
+                        if purged < batch {
                             break;
                         }
                     }
@@ -106,6 +121,8 @@ pub(crate) struct Ingested {
     pub(crate) summary: Summary,
     pub(crate) tally: Tally,
     pub(crate) first_error: Option<String>,
+    /// When each successful call began, and its latency in nanoseconds.
+    pub(crate) calls: Vec<(Instant, u64)>,
 }
 
 /// Calls `protocol` at `rate` per second for `duration`, from
@@ -125,7 +142,7 @@ pub(crate) async fn ingest(protocol: Arc<dyn Protocol>, rate: u64, duration: Dur
             let offset = period.mul_f64(caller as f64 / callers as f64);
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut latencies = Vec::new();
+            let mut calls = Vec::new();
             let mut tally = Tally::default();
             let mut first_error = None;
             loop {
@@ -143,7 +160,7 @@ pub(crate) async fn ingest(protocol: Arc<dyn Protocol>, rate: u64, duration: Dur
                             Outcome::Replayed => tally.replayed += 1,
                             Outcome::InProgress => tally.in_progress += 1,
                         }
-                        latencies.push(took);
+                        calls.push((began, took));
                     }
                     Err(error) => {
                         tally.errors += 1;
@@ -151,16 +168,16 @@ pub(crate) async fn ingest(protocol: Arc<dyn Protocol>, rate: u64, duration: Dur
                     }
                 }
             }
-            (latencies, tally, first_error)
+            (calls, tally, first_error)
         });
     }
-    let mut latencies = Vec::new();
+    let mut calls = Vec::new();
     let mut tally = Tally::default();
     let mut first_error = None;
     while let Some(joined) = set.join_next().await {
         match joined {
-            Ok((l, t, e)) => {
-                latencies.extend(l);
+            Ok((c, t, e)) => {
+                calls.extend(c);
                 tally.add(t);
                 first_error = first_error.or(e);
             }
@@ -170,9 +187,94 @@ pub(crate) async fn ingest(protocol: Arc<dyn Protocol>, rate: u64, duration: Dur
             }
         }
     }
+    let mut latencies: Vec<u64> = calls.iter().map(|&(_, took)| took).collect();
     Ingested {
         summary: Summary::of(tally.ok(), start.elapsed(), &mut latencies),
         tally,
         first_error,
+        calls,
+    }
+}
+
+/// The steady window's claims split by whether they overlapped a purge
+/// call: what says whether the purge is what moves the p99, and by how
+/// much while it runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Split {
+    /// Claims that overlapped a purge call: how many, and their latency.
+    pub(crate) during: (usize, Summary),
+    /// Claims that did not.
+    pub(crate) apart: (usize, Summary),
+    /// The purge calls' own durations (p50, p99 and the longest, in µs).
+    pub(crate) purge_calls: (usize, Summary, f64),
+}
+
+/// Splits `calls` by whether each overlapped one of `purges` (sorted by
+/// start, as the purger records them, one at a time).
+pub(crate) fn split(calls: &[(Instant, u64)], purges: &[(Instant, Instant)]) -> Split {
+    let mut during = Vec::new();
+    let mut apart = Vec::new();
+    for &(began, took) in calls {
+        let ended = began + Duration::from_nanos(took);
+        if overlaps(purges, began, ended) {
+            during.push(took);
+        } else {
+            apart.push(took);
+        }
+    }
+    let mut purge_ns: Vec<u64> = purges
+        .iter()
+        .map(|&(b, e)| u64::try_from((e - b).as_nanos()).unwrap_or(u64::MAX))
+        .collect();
+    let longest = purge_ns
+        .iter()
+        .max()
+        .map_or(f64::NAN, |&ns| ns as f64 / 1000.0);
+    let summary = |v: &mut Vec<u64>| (v.len(), Summary::of(0, Duration::ZERO, v));
+    Split {
+        during: summary(&mut during),
+        apart: summary(&mut apart),
+        purge_calls: (
+            purge_ns.len(),
+            Summary::of(0, Duration::ZERO, &mut purge_ns),
+            longest,
+        ),
+    }
+}
+
+/// Whether `[began, ended]` overlaps any span of `spans`, which are sorted
+/// by start and do not overlap each other.
+pub(crate) fn overlaps(spans: &[(Instant, Instant)], began: Instant, ended: Instant) -> bool {
+    // The spans starting before the call ends; of those, only the last can
+    // still be running when the call begins.
+    let before_end = spans.partition_point(|&(start, _)| start < ended);
+    before_end > 0 && spans[before_end - 1].1 > began
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_overlaps_a_purge_only_when_their_times_intersect() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        let purges = [(at(10), at(20)), (at(40), at(50))];
+        assert!(!overlaps(&purges, at(0), at(5)), "before every purge");
+        assert!(overlaps(&purges, at(5), at(15)), "into the first");
+        assert!(overlaps(&purges, at(12), at(18)), "inside the first");
+        assert!(overlaps(&purges, at(15), at(45)), "across the gap");
+        assert!(!overlaps(&purges, at(21), at(39)), "in the gap");
+        assert!(overlaps(&purges, at(5), at(60)), "around both");
+        assert!(!overlaps(&purges, at(51), at(60)), "after every purge");
+        assert!(!overlaps(&[], at(0), at(60)), "no purge at all");
+
+        let calls = [(at(0), 5_000_000), (at(12), 1_000_000), (at(45), 2_000_000)];
+        let split = split(&calls, &purges);
+        assert_eq!(split.during.0, 2);
+        assert_eq!(split.apart.0, 1);
+        assert_eq!(split.apart.1.p99_us, 5_000.0);
+        assert_eq!(split.purge_calls.0, 2);
+        assert_eq!(split.purge_calls.2, 10_000.0);
     }
 }

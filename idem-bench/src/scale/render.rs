@@ -144,13 +144,14 @@ pub(crate) fn churn_lines(c: &Churned) -> String {
     let p99 = c.steady.summary.p99_us / c.baseline.summary.p99_us;
     let _ = writeln!(
         out,
-        "churn {} on {} records: {} first executions/s asked, {:.0} achieved; retention {:.1} s, purge every {:.1} s, churned {:.0} s",
+        "churn {} on {} records: {} first executions/s asked, {:.0} achieved; retention {:.1} s, purge every {:.1} s in batches of {}, churned {:.0} s",
         c.store,
         count(c.bulk),
         c.churn.rate,
         ingest,
         c.churn.retention.as_secs_f64(),
         c.churn.every.as_secs_f64(),
+        c.churn.batch,
         c.churned_for.as_secs_f64(),
     );
     let _ = writeln!(
@@ -177,6 +178,21 @@ pub(crate) fn churn_lines(c: &Churned) -> String {
         c.steady.summary.p99_us,
         c.steady.summary.p50_us,
         if p99 <= PURGE_P99_TARGET { "meets" } else { "misses" },
+    );
+    let (during, apart, (calls, purge, longest)) =
+        (c.split.during, c.split.apart, c.split.purge_calls);
+    let _ = writeln!(
+        out,
+        "claim-split {} beside-a-purge {} claims p50 {:.1} p99 {:.1} µs; apart {} claims p50 {:.1} p99 {:.1} µs; purge calls {calls} p50 {:.1} p99 {:.1} longest {longest:.1} µs",
+        c.store,
+        during.0,
+        during.1.p50_us,
+        during.1.p99_us,
+        apart.0,
+        apart.1.p50_us,
+        apart.1.p99_us,
+        purge.p50_us,
+        purge.p99_us,
     );
     if let Some(held) = c.held {
         let _ = writeln!(
