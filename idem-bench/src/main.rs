@@ -196,6 +196,11 @@ struct Args {
     #[arg(long)]
     scale_purge_batch: Option<usize>,
 
+    /// Run the churn with its purger off: the control that shows what the
+    /// steady window does without purging (expired records pile up).
+    #[arg(long)]
+    scale_purge_off: bool,
+
     /// How long the churn's steady state is measured. Default 60s, or 1s
     /// with --quick.
     #[arg(long, value_parser = parse_duration)]
@@ -293,6 +298,7 @@ impl Args {
                     .scale_purge_batch
                     .unwrap_or(idem_core::PURGE_BATCH)
                     .max(1),
+                purge: !self.scale_purge_off,
                 window: pick(self.scale_window, 60_000, 1000),
             },
             first_retention: Duration::from_millis(if quick { 500 } else { 1000 }),

@@ -515,7 +515,7 @@ async fn churn_store(
     let baseline = churn::ingest(protocol.clone(), shape.rate, baseline_for).await;
     // Expiry starts; with the purger on, a steady state is reached once a
     // full retention of records has expired and been purged.
-    counts.switch(true);
+    counts.switch(shape.purge);
     let settle = (shape.retention + shape.every * 2).saturating_sub(baseline_for);
     let _ = churn::ingest(protocol.clone(), shape.rate, settle).await;
     let (purged_before, busy_before, calls_before, errors_before) = counts.read();

@@ -22,6 +22,8 @@ pub(crate) struct Churn {
     pub(crate) every: Duration,
     /// Records asked of `purge_expired` per call.
     pub(crate) batch: usize,
+    /// Whether the purger runs; off only for a control run.
+    pub(crate) purge: bool,
     /// How long the steady state is measured, with the purger running.
     pub(crate) window: Duration,
 }

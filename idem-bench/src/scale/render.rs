@@ -144,7 +144,7 @@ pub(crate) fn churn_lines(c: &Churned) -> String {
     let p99 = c.steady.summary.p99_us / c.baseline.summary.p99_us;
     let _ = writeln!(
         out,
-        "churn {} on {} records: {} first executions/s asked, {:.0} achieved; retention {:.1} s, purge every {:.1} s in batches of {}, churned {:.0} s",
+        "churn {} on {} records: {} first executions/s asked, {:.0} achieved; retention {:.1} s, purge every {:.1} s in batches of {}{}, churned {:.0} s",
         c.store,
         count(c.bulk),
         c.churn.rate,
@@ -152,6 +152,7 @@ pub(crate) fn churn_lines(c: &Churned) -> String {
         c.churn.retention.as_secs_f64(),
         c.churn.every.as_secs_f64(),
         c.churn.batch,
+        if c.churn.purge { "" } else { " (purger off: a control run)" },
         c.churned_for.as_secs_f64(),
     );
     let _ = writeln!(
@@ -161,7 +162,9 @@ pub(crate) fn churn_lines(c: &Churned) -> String {
         c.purged,
         c.purge_calls,
         c.purge_busy,
-        if c.store == "redis" {
+        if !c.churn.purge {
+            "the purger was off".to_owned()
+        } else if c.store == "redis" {
             "the server expires keys itself".to_owned()
         } else if headroom >= HEADROOM_TARGET {
             format!("meets ≥ {HEADROOM_TARGET}×")
