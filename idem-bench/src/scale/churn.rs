@@ -71,8 +71,8 @@ impl PurgeCounts {
 }
 
 /// Runs `spawn_purger`'s loop (every `every`, batches of `batch` —
-/// [`PURGE_BATCH`](idem_core::PURGE_BATCH) unless the run says otherwise — until one comes back
-/// short) while `counts` is switched on, timing each
+/// [`PURGE_BATCH`](idem_core::PURGE_BATCH) unless the run says otherwise —
+/// until one comes back short) while `counts` is switched on, timing each
 /// call: the library's purger with counters the harness can read.
 pub(crate) fn spawn_counting_purger(
     store: Arc<dyn Store>,
