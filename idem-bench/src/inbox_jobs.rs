@@ -7,6 +7,10 @@
 //!   completions) against the textbook `UPDATE … WHERE id IN (SELECT …
 //!   FOR UPDATE SKIP LOCKED) RETURNING`, the work, `UPDATE … SET state =
 //!   'done'`.
+//!   With `PostgresQueue::with_store`, the `postgres-shared` row: the same
+//!   worker, its queue claiming each batch of jobs with idem's claims of
+//!   their keys in one commit and completing each group of finished jobs
+//!   with their outcomes in another.
 //! * **SQLite**: the worker over a `SqliteQueue` and a `SqliteStore`
 //!   (each its own file, WAL, full synchronous commits) against the same
 //!   claim-one, work, mark-done loop on one connection with the same
@@ -58,31 +62,60 @@ impl Bed<'_> {
     }
 }
 
-/// The worker and raw rows on `bed`, and their ratio.
+/// The worker and raw rows on `bed`, and their ratio; on PostgreSQL also
+/// the worker whose queue carries idem's records in its own commits
+/// (`PostgresQueue::with_store`), as `postgres-shared`.
 pub(crate) async fn throughput(
     bed: Bed<'_>,
     plan: InboxPlan,
     work: Duration,
 ) -> Result<Vec<String>, BoxError> {
-    let (mut worker, mut raw) = (Vec::new(), Vec::new());
+    let rows: &[Row] = match bed {
+        Bed::Postgres { .. } => &[Row::Worker, Row::Raw, Row::Shared],
+        Bed::Sqlite => &[Row::Worker, Row::Raw],
+    };
+    let mut rates = vec![Vec::new(); rows.len()];
     for rep in 0..plan.reps {
-        // Alternate which row goes first, so neither always meets a warmer
+        // Rotate which row goes first, so none always meets a warmer
         // database.
-        for row in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
-            if row == 0 {
-                worker.push(worker_run(bed, plan.jobs, work, rep).await?);
-            } else {
-                raw.push(raw_run(bed, plan.jobs, work).await?);
-            }
+        for n in 0..rows.len() {
+            let at = (n + rep) % rows.len();
+            let rate = match rows[at] {
+                Row::Worker => worker_run(bed, plan.jobs, work, rep, false).await?,
+                Row::Shared => worker_run(bed, plan.jobs, work, rep, true).await?,
+                Row::Raw => raw_run(bed, plan.jobs, work).await?,
+            };
+            rates[at].push(rate);
         }
     }
-    let (worker, raw) = (median(&mut worker), median(&mut raw));
+    let rates: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
     let (ms, name) = (work.as_millis(), bed.name());
-    Ok(vec![
+    let (worker, raw) = (rates[0], rates[1]);
+    let mut lines = vec![
         format!("inbox-jobs {name} work={ms}ms worker jobs/s={worker:.0}"),
         format!("inbox-jobs {name} work={ms}ms raw jobs/s={raw:.0}"),
         format!("ratio inbox-jobs {name} work={ms}ms {:.3}", worker / raw),
-    ])
+    ];
+    if let Some(shared) = rates.get(2) {
+        lines.push(format!(
+            "inbox-jobs {name}-shared work={ms}ms worker jobs/s={shared:.0}"
+        ));
+        lines.push(format!(
+            "ratio inbox-jobs {name}-shared work={ms}ms {:.3}",
+            shared / raw
+        ));
+    }
+    Ok(lines)
+}
+
+#[derive(Clone, Copy)]
+enum Row {
+    /// The worker, idem's records apart from the queue's commits.
+    Worker,
+    /// The raw claim-and-mark-done loop.
+    Raw,
+    /// The worker, idem's records in the queue's commits.
+    Shared,
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -96,6 +129,7 @@ async fn worker_run(
     jobs: usize,
     work: Duration,
     rep: usize,
+    shared: bool,
 ) -> Result<f64, BoxError> {
     // Fresh queue and records: a record left by the previous repetition
     // would replay instead of running the handler.
@@ -108,10 +142,15 @@ async fn worker_run(
             ))
             .execute(pool)
             .await?;
-            let queue = PostgresQueue::from_pool(pool.clone()).with_table(&tables.jobs)?;
-            queue.migrate().await?;
             let store = PostgresStore::from_pool(pool.clone()).with_table(&tables.records)?;
             store.migrate().await?;
+            let queue = PostgresQueue::from_pool(pool.clone()).with_table(&tables.jobs)?;
+            let queue = if shared {
+                queue.with_store(store.clone())
+            } else {
+                queue
+            };
+            queue.migrate().await?;
             (Arc::new(queue), Idempotent::new(store))
         }
         Bed::Sqlite => {

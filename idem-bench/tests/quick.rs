@@ -107,6 +107,7 @@ fn quick_inbox_mode_prints_acknowledgement_and_throughput_lines() {
     }
     assert!(stdout.contains("inbox-ack postgres c32 n=320 "), "{stdout}");
     assert_ratios(&stdout, "postgres");
+    assert_ratios(&stdout, "postgres-shared");
 }
 
 /// A finite, positive worker-to-raw ratio for `backend` per kind of work.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    validate_client_key, Begin, Error, Fingerprint, Idempotent, Key, Lease, NewRecord, State,
+    validate_client_key, Begin, Error, Fingerprint, Idempotent, Key, Lease, NewRecord, State, Token,
 };
 
 // Names the scheme inside the hash, so a future scheme yields other keys
@@ -147,6 +147,74 @@ impl Lease {
     }
 }
 
+/// A claim built ahead of its insert, for a store that inserts the claims
+/// of several keys in one statement of its own, or in the caller's
+/// transaction — a job queue that claims a batch of jobs and their keys in
+/// one commit.
+///
+/// It holds what [`Idempotent::begin`] would insert: an
+/// [`InFlight`](State::InFlight) record with a fresh token, the request's
+/// fingerprint, and the lease and retention of the `Idempotent` that
+/// prepared it ([`record`](PreparedClaim::record)). The store inserts it
+/// exactly as [`Store::insert`](crate::Store::insert) would — when the key
+/// is absent or its record is past retention, and otherwise not at all —
+/// and says which:
+///
+/// * inserted (and committed): [`inserted`](PreparedClaim::inserted)
+///   gives the [`Lease`]; run the work and settle it as after `begin`;
+/// * not inserted: a live record holds the key. Drop the prepared claim
+///   and call [`begin`](Idempotent::begin) (or `execute`) for the key as
+///   usual: what a found record means — a replay, a call in flight, a
+///   lapsed lease to take over, a mismatch — is decided there, never by the
+///   store or its caller.
+///
+/// For store and queue implementers; applications call `execute`.
+#[derive(Debug)]
+pub struct PreparedClaim {
+    lease: Lease,
+}
+
+impl Idempotent {
+    /// Prepares the claim of `key` for `body`, for a store to insert in a
+    /// batch (see [`PreparedClaim`]). Nothing is written: an invalid key is
+    /// [`Error::InvalidKey`], a body that does not encode
+    /// [`Error::Encode`].
+    pub fn prepare_claim<B>(&self, key: &str, body: &B) -> Result<PreparedClaim, Error>
+    where
+        B: Serialize + ?Sized,
+    {
+        let key = self.key(key)?;
+        let fingerprint = Fingerprint::of_json(body).map_err(Error::Encode)?;
+        Ok(PreparedClaim {
+            lease: self.lease_for(key, Token::random(), fingerprint),
+        })
+    }
+}
+
+impl PreparedClaim {
+    /// The key to insert under (namespaced and scoped as the `Idempotent`
+    /// that prepared it says).
+    pub fn key(&self) -> &Key {
+        self.lease.key()
+    }
+
+    /// The record to insert: [`InFlight`](State::InFlight), an empty
+    /// payload, this claim's token and fingerprint, the lease and the
+    /// retention to count from the insert.
+    pub fn record(&self) -> NewRecord<'static> {
+        self.lease.record(State::InFlight, &[])
+    }
+
+    /// The store inserted [`record`](PreparedClaim::record) and the insert
+    /// committed: the key is this caller's, under this lease. Only the
+    /// store's answer may lead here; a record that was not inserted must go
+    /// through [`begin`](Idempotent::begin).
+    pub fn inserted(self) -> Lease {
+        self.lease.decided_to_run();
+        self.lease
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +230,68 @@ mod tests {
             assert_eq!(key.len(), 69);
             assert!(validate_client_key(&key).is_ok());
         }
+    }
+
+    #[tokio::test]
+    async fn a_prepared_claim_inserted_runs_once_and_one_not_inserted_goes_through_begin() {
+        use std::sync::Arc;
+
+        use crate::{Insert, MemoryStore, Store};
+
+        let store = Arc::new(MemoryStore::new());
+        let idem = Idempotent::new(Arc::clone(&store)).scoped("tenant");
+        let claim = idem.prepare_claim("evt-1", "body").unwrap();
+        assert_eq!(claim.key(), &idem.key("evt-1").unwrap());
+        let record = claim.record();
+        assert_eq!((record.state, record.payload), (State::InFlight, &[][..]));
+        assert!(record.lease.is_some());
+        assert_eq!(
+            store.insert(claim.key().as_str(), &record).await.unwrap(),
+            Insert::Inserted
+        );
+        let lease = claim.inserted();
+        assert_eq!(lease.token(), record.token);
+
+        // While the lease is held, a second prepared claim is not inserted,
+        // and `begin` (which decides what the found record means) says the
+        // call is in flight.
+        let second = idem.prepare_claim("evt-1", "body").unwrap();
+        assert_ne!(second.record().token, record.token);
+        assert!(matches!(
+            store
+                .insert(second.key().as_str(), &second.record())
+                .await
+                .unwrap(),
+            Insert::Found(_)
+        ));
+        let ran = std::sync::atomic::AtomicUsize::new(0);
+        let again = idem
+            .execute("evt-1", "body", || async {
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, ()>(2)
+            })
+            .await;
+        assert!(matches!(again, Err(Error::InProgress { .. })), "{again:?}");
+
+        // Settled through the lease, the outcome replays to `execute`
+        // without running it; another body is a mismatch.
+        lease.complete(b"1").await.unwrap();
+        let replayed = idem
+            .execute("evt-1", "body", || async {
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, ()>(2)
+            })
+            .await;
+        assert_eq!(replayed.unwrap(), 1);
+        assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let other = idem
+            .execute("evt-1", "other", || async { Ok::<_, ()>(3) })
+            .await;
+        assert!(matches!(other, Err(Error::Mismatch)), "{other:?}");
+
+        assert!(matches!(
+            idem.prepare_claim("bad\nkey", "body"),
+            Err(Error::InvalidKey(_))
+        ));
     }
 }

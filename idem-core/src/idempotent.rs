@@ -472,7 +472,7 @@ impl Idempotent {
         crate::clamp::retention(self.retention, self.lease)
     }
 
-    fn lease_for(&self, key: Key, token: Token, fingerprint: Fingerprint) -> Lease {
+    pub(crate) fn lease_for(&self, key: Key, token: Token, fingerprint: Fingerprint) -> Lease {
         Lease::new(
             Arc::clone(&self.observed) as Arc<dyn Store>,
             key,

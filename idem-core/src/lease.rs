@@ -125,6 +125,14 @@ impl Lease {
         self
     }
 
+    /// Counts this lease's claim as a decision to execute, as a claim that
+    /// inserted its record does.
+    pub(crate) fn decided_to_run(&self) {
+        if let Some(observe) = &self.observe {
+            observe.decided("executed");
+        }
+    }
+
     /// The key as logs show it (a hash by default).
     fn traced_key(&self) -> TracedKey<'_> {
         let keys = self.observe.as_ref().map(|o| o.keys).unwrap_or_default();

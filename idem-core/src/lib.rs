@@ -210,7 +210,7 @@ mod store;
 mod tx;
 mod wake;
 
-pub use effects::Started;
+pub use effects::{PreparedClaim, Started};
 pub use error::{Error, When};
 pub use fingerprint::{Fingerprint, Fingerprints, PartsHasher};
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION, FALLBACK_POLL};

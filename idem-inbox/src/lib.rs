@@ -38,7 +38,9 @@
 //!   nothing, a resend is a 2xx that enqueues nothing twice.
 //! * [`queue`]: the [`Queue`](queue::Queue) contract, [`SqliteQueue`](queue::SqliteQueue)
 //!   and [`PostgresQueue`](queue::PostgresQueue); every transition of a
-//!   claimed job is fenced by its claim's token.
+//!   claimed job is fenced by its claim's token. A PostgreSQL queue given
+//!   the worker's `PostgresStore` ([`with_store`](queue::PostgresQueue::with_store))
+//!   claims the events' idem keys in the commit that claims their jobs.
 //! * [`Enqueue`]: the part of a queue the receiver needs — a job once per
 //!   (source, event id). Every queue is one; idem-broker makes NATS
 //!   JetStream, RabbitMQ and Redis Streams one, so a receiver can publish

@@ -13,6 +13,10 @@
 //! * `idem_inbox_job_seconds{source}`: a job's time from claim to settle.
 //! * `idem_inbox_jobs_running`: the jobs a worker holds now (its share of
 //!   the queue's depth in flight); `idem_inbox_claimed_total`: jobs claimed.
+//! * `idem_inbox_keys_claimed_with_jobs_total{source}`: jobs whose event
+//!   key was claimed in the commit that claimed the job, on a queue that
+//!   shares idem's commits ([`SharedCommit`](crate::queue::SharedCommit));
+//!   it stays at zero where the records are kept apart.
 //! * `idem_inbox_queue_depth`: jobs not yet done or dead, from
 //!   [`Queue::depth`](crate::queue::Queue::depth), read by a running worker
 //!   at most once a second (and by every `run_once`).
@@ -60,6 +64,11 @@ pub(crate) fn settled(source: &str, outcome: Outcome, took: Duration) {
 pub(crate) fn claimed(jobs: usize) {
     metrics::counter!("idem_inbox_claimed_total").increment(jobs as u64);
     metrics::gauge!("idem_inbox_jobs_running").increment(jobs as f64);
+}
+
+pub(crate) fn key_claimed_with_job(source: &str) {
+    metrics::counter!("idem_inbox_keys_claimed_with_jobs_total", "source" => source.to_owned())
+        .increment(1);
 }
 
 pub(crate) fn finished() {

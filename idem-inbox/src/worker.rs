@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{validate_client_key, Error as IdemError, Idempotent};
+use idem_core::{validate_client_key, Error as IdemError, Idempotent, Lease, PreparedClaim};
 use sha2::{Digest, Sha256};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use crate::backoff::Backoff;
 use crate::completer::Completer;
 use crate::handler::{Event, Handler, HandlerError};
-use crate::queue::{Job, Queue, QueueError};
+use crate::queue::{Job, Queue, QueueError, SharedCommit};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -241,6 +241,10 @@ impl Worker {
         let mut tasks = JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
         let mut depth_read: Option<std::time::Instant> = None;
+        // Whether the queue's shared commits may carry idem's records: not
+        // yet known until a check succeeds (a failed check is tried again
+        // at the next claim), then known for the run.
+        let mut shared: Option<bool> = None;
         loop {
             while tasks.try_join_next().is_some() {}
             if depth_read.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
@@ -260,9 +264,12 @@ impl Worker {
             let claimed = if !worth_claiming {
                 Ok(Vec::new())
             } else {
+                if shared.is_none() {
+                    shared = self.check_shared().await;
+                }
                 tokio::select! {
                     () = &mut shutdown => break,
-                    claimed = self.queue.claim(free, self.config.lease) => claimed,
+                    claimed = self.claim(free, shared == Some(true)) => claimed,
                 }
             };
             let jobs = match claimed {
@@ -282,10 +289,16 @@ impl Worker {
                 continue;
             }
             crate::metrics::claimed(jobs.len());
-            for job in jobs {
+            for (job, lease) in jobs {
+                if lease.is_some() {
+                    crate::metrics::key_claimed_with_job(&job.source);
+                }
                 let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
                     // Cannot happen: no more than `free` jobs were claimed.
                     let _ = self.queue.release(&job).await;
+                    if let Some(lease) = lease {
+                        let _ = lease.release().await;
+                    }
                     crate::metrics::finished();
                     continue;
                 };
@@ -299,7 +312,7 @@ impl Worker {
                     stop: stop_rx.clone(),
                 };
                 tasks.spawn(async move {
-                    let outcome = ctx.process(job).await;
+                    let outcome = ctx.process(job, lease).await;
                     drop(permit);
                     outcome
                 });
@@ -321,11 +334,15 @@ impl Worker {
     /// the queue step by step.
     pub async fn run_once(&self, max: usize) -> Result<Vec<Outcome>, QueueError> {
         crate::metrics::queue_depth(&*self.queue).await;
-        let jobs = self.queue.claim(max, self.config.lease).await?;
+        let shared = self.check_shared().await == Some(true);
+        let jobs = self.claim(max, shared).await?;
         crate::metrics::claimed(jobs.len());
         let (_stop_tx, stop_rx) = watch::channel(false);
         let mut outcomes = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (job, lease) in jobs {
+            if lease.is_some() {
+                crate::metrics::key_claimed_with_job(&job.source);
+            }
             let ctx = JobContext {
                 queue: Arc::clone(&self.queue),
                 completer: Arc::clone(&self.completer),
@@ -335,10 +352,92 @@ impl Worker {
                 config: self.config.clone(),
                 stop: stop_rx.clone(),
             };
-            outcomes.push(ctx.process(job).await?);
+            outcomes.push(ctx.process(job, lease).await?);
         }
         Ok(outcomes)
     }
+
+    /// Claims up to `max` jobs; through the queue's shared commits, with
+    /// idem's claims of their keys, when `shared`.
+    async fn claim(
+        &self,
+        max: usize,
+        shared: bool,
+    ) -> Result<Vec<(Job, Option<Lease>)>, QueueError> {
+        match self.queue.shared_commit().filter(|_| shared) {
+            Some(commits) => {
+                let prepare = |job: &Job| self.prepare_claim(job);
+                commits
+                    .claim_with_keys(max, self.config.lease, &prepare)
+                    .await
+            }
+            None => Ok(self
+                .queue
+                .claim(max, self.config.lease)
+                .await?
+                .into_iter()
+                .map(|job| (job, None))
+                .collect()),
+        }
+    }
+
+    /// idem's claim of `job`'s event key, as [`handle_once`] would make
+    /// it; none for a job that will be dead-lettered without running.
+    fn prepare_claim(&self, job: &Job) -> Option<PreparedClaim> {
+        if job.lapses > self.config.max_lapses || job.attempts > self.config.max_attempts {
+            return None;
+        }
+        self.idem
+            .scoped(job.source.clone())
+            .prepare_claim(&event_key(&job.event_id), &payload_digest(&job.payload))
+            .ok()
+    }
+
+    /// Whether the queue's shared commits write where this worker's
+    /// `Idempotent` reads: `Some(false)` for a queue without them or a
+    /// store that does not see what they write, `None` when the check
+    /// could not be made (a backend failure; checked again later).
+    ///
+    /// The check claims a key of its own through the queue and releases it
+    /// through the `Idempotent`'s store: the release finds the claim only
+    /// in the same store.
+    async fn check_shared(&self) -> Option<bool> {
+        let commits: &dyn SharedCommit = self.queue.shared_commit()?;
+        let mut nonce = [0u8; 16];
+        rand::Rng::fill(&mut rand::rng(), &mut nonce[..]);
+        let probe = self
+            .idem
+            .scoped("idem-inbox")
+            .prepare_claim(&format!("store-check-{}", hex::encode(nonce)), "")
+            .ok()?;
+        match commits.claim_keys(std::slice::from_ref(&probe)).await {
+            Ok(inserted) if inserted == [true] => {}
+            Ok(_) => return Some(false),
+            Err(e) => {
+                tracing::warn!(error = %e, "checking the queue's shared commits failed; trying again");
+                return None;
+            }
+        }
+        match probe.inserted().release().await {
+            Ok(()) => Some(true),
+            Err(IdemError::LeaseLost) => {
+                tracing::error!(
+                    "the queue writes idem's records to another store than the worker's                      Idempotent reads; keeping them apart (give the queue the worker's store)"
+                );
+                Some(false)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "checking the queue's shared commits failed; trying again");
+                None
+            }
+        }
+    }
+}
+
+/// The body an event is fingerprinted by: its payload's digest, so the same
+/// event id with another payload is a mismatch, not a replay.
+fn payload_digest(payload: &[u8]) -> String {
+    hex::encode(Sha256::digest(payload))
 }
 
 /// The idem client key an event is handled under, within the scope of its
@@ -362,12 +461,54 @@ pub async fn handle_once(
     handler: &dyn Handler,
     event: &Event,
 ) -> Result<(), IdemError<HandlerError>> {
-    // The fingerprint is the payload's digest: the same event id with
-    // another payload is a mismatch, not a replay.
-    let body = hex::encode(Sha256::digest(&event.payload));
     idem.scoped(event.source.clone())
-        .execute(&event_key(&event.id), &body, || handler.handle(event))
+        .execute(
+            &event_key(&event.id),
+            &payload_digest(&event.payload),
+            || handler.handle(event),
+        )
         .await
+}
+
+/// What `execute` records for a handler's `Ok(())`: its JSON.
+const RECORDED_OK: &[u8] = b"null";
+
+/// Runs the handler under a lease the worker already holds, as `execute`
+/// runs work under the lease it claims: renewed while it waits for `room`
+/// and runs; a success is recorded at once (the moment between an effect
+/// and its record is the one a killed worker can repeat, so it is kept as
+/// short as `execute` keeps it), a failure gives the key back (unless the
+/// lease was lost).
+async fn run_leased(
+    lease: Lease,
+    room: impl Future<Output = Option<tokio::sync::OwnedSemaphorePermit>>,
+    handler: &dyn Handler,
+    event: &Event,
+) -> Result<(), IdemError<HandlerError>> {
+    let ran = lease
+        .run(async {
+            let _room = room.await;
+            handler.handle(event).await
+        })
+        .await;
+    match ran.output {
+        Ok(()) if ran.lease_lost => Err(IdemError::LeaseLost),
+        Ok(()) => lease
+            .complete(RECORDED_OK)
+            .await
+            .map_err(IdemError::into_work_error),
+        Err(error) => {
+            if !ran.lease_lost {
+                if let Err(settle) = lease.release().await {
+                    // The handler's own error is what counts; the key stays
+                    // claimed until its lease lapses.
+                    tracing::warn!(error = %settle,
+                        "could not give the key back after the handler failed");
+                }
+            }
+            Err(IdemError::Work(error))
+        }
+    }
 }
 
 struct JobContext {
@@ -390,10 +531,10 @@ enum Verdict {
 
 impl JobContext {
     /// Handles one claimed job to its settlement, and counts it.
-    async fn process(self, job: Job) -> Result<Outcome, QueueError> {
+    async fn process(self, job: Job, lease: Option<Lease>) -> Result<Outcome, QueueError> {
         let started = std::time::Instant::now();
         let source = job.source.clone();
-        let outcome = self.run_and_settle(job).await;
+        let outcome = self.run_and_settle(job, lease).await;
         if let Ok(settled) = &outcome {
             crate::metrics::settled(&source, *settled, started.elapsed());
         }
@@ -401,7 +542,11 @@ impl JobContext {
         outcome
     }
 
-    async fn run_and_settle(mut self, job: Job) -> Result<Outcome, QueueError> {
+    async fn run_and_settle(
+        mut self,
+        job: Job,
+        lease: Option<Lease>,
+    ) -> Result<Outcome, QueueError> {
         let last_error = || {
             job.last_error
                 .clone()
@@ -432,16 +577,31 @@ impl JobContext {
         }
         let event = Event::of_job(&job);
         let (idem, handler, handlers) = (&self.idem, &*self.handler, self.handlers.clone());
+        // Whether the handler got a room to run in: a held idem lease on a
+        // job given back before then can be given back too.
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let held = lease.clone();
         // A claimed job waits here for a free handler, its queue lease
         // renewed by the heartbeats below; idem's lease on the event starts
-        // only once it runs. The room is given back when the handler ends,
+        // only once it runs (or, claimed through shared commits, is renewed
+        // while it waits). The room is given back when the handler ends,
         // so the next job runs while this one's completion is on its way.
-        let run = async move {
-            let _room = match handlers {
-                Some(handlers) => handlers.acquire_owned().await.ok(),
-                None => None,
+        let run = async {
+            let room = async {
+                let room = match handlers {
+                    Some(handlers) => handlers.acquire_owned().await.ok(),
+                    None => None,
+                };
+                started.store(true, std::sync::atomic::Ordering::Relaxed);
+                room
             };
-            handle_once(idem, handler, &event).await
+            match held {
+                None => {
+                    let _room = room.await;
+                    handle_once(idem, handler, &event).await
+                }
+                Some(lease) => run_leased(lease, room, handler, &event).await,
+            }
         };
         let mut run = std::pin::pin!(run);
         let mut beat = tokio::time::interval(self.config.lease / 3);
@@ -462,7 +622,13 @@ impl JobContext {
                         // Past the grace: give the job back. Dropping the
                         // run leaves its idem record in flight until its
                         // lease lapses, so the next holder cannot repeat a
-                        // half-done effect early.
+                        // half-done effect early; a key claimed for a job
+                        // whose handler never started goes back at once.
+                        if let Some(lease) = &lease {
+                            if !started.load(std::sync::atomic::Ordering::Relaxed) {
+                                let _ = lease.release().await;
+                            }
+                        }
                         return Ok(match self.queue.release(&job).await?.is_applied() {
                             true => Outcome::Released,
                             false => Outcome::LeaseLost,

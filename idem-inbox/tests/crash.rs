@@ -34,7 +34,12 @@ fn sizes() -> (usize, usize) {
     )
 }
 
-async fn run(queue: Arc<dyn Queue>) {
+/// Runs the crash scenario; `idem` on the given store, or on a memory
+/// store when `None`.
+async fn run(queue: Arc<dyn Queue>, idem: Option<Idempotent>) {
+    // On the memory store an outcome is recorded in the same instant the
+    // handler returns: no round trip for a kill to land in.
+    let records_in_process = idem.is_none();
     let (events, kills) = sizes();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
@@ -45,13 +50,18 @@ async fn run(queue: Arc<dyn Queue>) {
     );
     tokio::spawn(async move { axum::serve(listener, receiver.router()).await.unwrap() });
 
-    // Effects, per event; and how many handler runs were cut short.
+    // Effects, per event; which worker made each; and how many handler
+    // runs were cut short.
     let effects: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let makers: Arc<Mutex<HashMap<String, Vec<usize>>>> = Arc::default();
+    let next_worker = AtomicU32::new(0);
     let entered = Arc::new(AtomicU32::new(0));
     let left = Arc::new(AtomicU32::new(0));
-    let idem = Idempotent::new(MemoryStore::new()).with_lease(Duration::from_secs(2));
+    let idem = idem
+        .unwrap_or_else(|| Idempotent::new(MemoryStore::new()))
+        .with_lease(Duration::from_secs(2));
     let config = WorkerConfig::default()
-        .with_concurrency(4)
+        .with_concurrency(CONCURRENCY)
         .with_lease(Duration::from_secs(2))
         .with_poll(Duration::from_millis(5))
         .with_backoff(Backoff::new(
@@ -59,14 +69,17 @@ async fn run(queue: Arc<dyn Queue>) {
             Duration::from_millis(50),
         ));
     let spawn_worker = || {
-        let (effects, entered, left) = (
+        let me = next_worker.fetch_add(1, Ordering::SeqCst) as usize;
+        let (effects, makers, entered, left) = (
             Arc::clone(&effects),
+            Arc::clone(&makers),
             Arc::clone(&entered),
             Arc::clone(&left),
         );
         let worker = Worker::new(Arc::clone(&queue), idem.clone(), move |e: Event| {
-            let (effects, entered, left) = (
+            let (effects, makers, entered, left) = (
                 Arc::clone(&effects),
+                Arc::clone(&makers),
                 Arc::clone(&entered),
                 Arc::clone(&left),
             );
@@ -75,14 +88,24 @@ async fn run(queue: Arc<dyn Queue>) {
                 let work = rand::rng().random_range(0..4);
                 tokio::time::sleep(Duration::from_millis(work)).await;
                 *effects.lock().unwrap().entry(e.id.clone()).or_default() += 1;
+                makers
+                    .lock()
+                    .unwrap()
+                    .entry(e.id.clone())
+                    .or_default()
+                    .push(me);
                 left.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             }
         })
         .with_config(config.clone());
-        tokio::spawn(async move { worker.run(std::future::pending()).await })
+        (
+            me,
+            tokio::spawn(async move { worker.run(std::future::pending()).await }),
+        )
     };
     let mut workers: Vec<_> = (0..2).map(|_| spawn_worker()).collect();
+    let mut killed = std::collections::HashSet::new();
 
     // The provider: every event once, a third of them resent.
     let client = reqwest::Client::new();
@@ -121,7 +144,9 @@ async fn run(queue: Arc<dyn Queue>) {
         let pause = rand::rng().random_range(5..40);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let victim = rand::rng().random_range(0..workers.len());
-        workers.swap_remove(victim).abort();
+        let (id, victim) = workers.swap_remove(victim);
+        victim.abort();
+        killed.insert(id);
         workers.push(spawn_worker());
     }
     let mut jobs = std::collections::HashSet::new();
@@ -149,7 +174,7 @@ async fn run(queue: Arc<dyn Queue>) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let done = events - waiting.len();
-    for worker in workers {
+    for (_, worker) in workers {
         worker.abort();
     }
     let mut unfinished = Vec::new();
@@ -176,19 +201,37 @@ async fn run(queue: Arc<dyn Queue>) {
         events - done
     );
     assert_eq!(effects.len(), events, "an event never took effect");
-    // A repeat is allowed only where a kill cut a handler short after its
-    // effect and before its outcome was recorded; one kill cuts at most as
-    // many handlers as a worker runs at once.
+    // A repeat is allowed only where a kill stopped a worker after a
+    // handler's effect and before its outcome was recorded: every effect
+    // but one of each event was made by a worker that was killed, and a
+    // kill stops at most as many such runs as its worker runs at once.
+    for (event, by) in makers.lock().unwrap().iter() {
+        let by_survivors = by.iter().filter(|w| !killed.contains(*w)).count();
+        assert!(
+            by_survivors <= 1,
+            "{event}: {by_survivors} effects by workers never killed ({by:?})"
+        );
+    }
     assert!(
-        repeated <= cut_short,
-        "{repeated} effects repeated, but only {cut_short} handlers were cut short"
+        repeated as usize <= kills * CONCURRENCY,
+        "{repeated} effects repeated after {kills} kills of workers running {CONCURRENCY} jobs"
     );
+    if records_in_process {
+        // So a repeat needs a kill inside a handler.
+        assert!(
+            repeated <= cut_short,
+            "{repeated} effects repeated, but only {cut_short} handlers were cut short"
+        );
+    }
 }
+
+/// Handlers each worker runs at once.
+const CONCURRENCY: usize = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_workers_lose_nothing_on_sqlite() {
     let (queue, _dir) = support::sqlite_queue().await;
-    run(Arc::new(queue)).await;
+    run(Arc::new(queue), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,5 +240,31 @@ async fn killed_workers_lose_nothing_on_postgres() {
         return;
     };
     let (queue, _guard) = support::postgres_queue(pool).await;
-    run(Arc::new(queue)).await;
+    run(Arc::new(queue), None).await;
+}
+
+/// The same, with idem's records in a PostgreSQL store of their own beside
+/// the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_workers_lose_nothing_on_postgres_with_a_postgres_store() {
+    let Some(pool) = support::postgres_pool(16).await else {
+        return;
+    };
+    let (store, _records) = support::postgres_store(pool.clone()).await;
+    let (queue, _jobs) = support::postgres_queue(pool).await;
+    run(Arc::new(queue), Some(Idempotent::new(store))).await;
+}
+
+/// The same, with idem's records in the queue's own commits: workers die
+/// between a batch's claims and its handlers, and between a handler and
+/// the commit of its outcome with its job's completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_workers_lose_nothing_on_postgres_with_shared_commits() {
+    let Some(pool) = support::postgres_pool(16).await else {
+        return;
+    };
+    let (store, _records) = support::postgres_store(pool.clone()).await;
+    let (queue, _jobs) = support::postgres_queue(pool).await;
+    let idem = Idempotent::new(store.clone());
+    run(Arc::new(queue.with_store(store)), Some(idem)).await;
 }

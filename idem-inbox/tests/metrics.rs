@@ -166,6 +166,151 @@ async fn the_worker_counts_each_job_by_how_it_ended() {
     assert_eq!(counts.len(), 3, "{counts:?}");
 }
 
+/// Total of the counter `name` for `source`.
+fn total(name: &str, source: &str) -> u64 {
+    counters()
+        .into_iter()
+        .filter(|(metric, labels, _)| {
+            metric == name && labels.iter().any(|(k, v)| k == "source" && v == source)
+        })
+        .map(|(_, _, n)| n)
+        .sum()
+}
+
+/// Runs every job of `source` on `queue` to its settlement through
+/// `run_once`, with a handler that fails "evt-flaky" once and "evt-poison"
+/// for good; returns the outcomes and the handler's runs per event.
+async fn settle_all(
+    queue: Arc<dyn Queue>,
+    idem: Idempotent,
+    expected: usize,
+) -> (Vec<Outcome>, HashMap<String, u32>) {
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let seen = Arc::clone(&runs);
+    let handler = move |event: Event| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let runs = {
+                let mut seen = seen.lock().unwrap();
+                let runs = seen.entry(event.id.clone()).or_default();
+                *runs += 1;
+                *runs
+            };
+            match event.id.as_str() {
+                "evt-poison" => Err(HandlerError::permanent("never")),
+                "evt-flaky" if runs == 1 => Err(HandlerError::retryable("once")),
+                _ => Ok(()),
+            }
+        }
+    };
+    let config = WorkerConfig::default()
+        .with_lease(Duration::from_secs(5))
+        .with_backoff(Backoff::new(
+            Duration::from_millis(1),
+            Duration::from_millis(1),
+        ));
+    let worker = Worker::new(queue, idem, handler).with_config(config);
+    let mut outcomes = Vec::new();
+    for _ in 0..200 {
+        outcomes.extend(worker.run_once(10).await.unwrap());
+        if outcomes.len() >= expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    outcomes.sort_by_key(|o| format!("{o:?}"));
+    let runs = runs.lock().unwrap().clone();
+    (outcomes, runs)
+}
+
+#[tokio::test]
+async fn a_queue_sharing_idems_commits_claims_each_key_with_its_job() {
+    counters();
+    let Some(pool) = support::postgres_pool(8).await else {
+        return;
+    };
+    let (store, _records) = support::postgres_store(pool.clone()).await;
+    let (queue, _jobs) = support::postgres_queue(pool.clone()).await;
+    let idem = Idempotent::new(store.clone());
+    let source = "metrics-shared";
+    // "evt-done" was handled already (its worker died before completing
+    // the job): its outcome is recorded, and its key cannot be claimed.
+    let before = |_: Event| async { Ok::<(), HandlerError>(()) };
+    idem_inbox::worker::handle_once(
+        &idem,
+        &before,
+        &Event::new(source, "evt-done", b"{}".to_vec()),
+    )
+    .await
+    .unwrap();
+    for id in ["evt-ok", "evt-flaky", "evt-poison", "evt-done"] {
+        queue
+            .enqueue(idem_inbox::queue::NewJob::new(source, id, b"{}".to_vec()))
+            .await
+            .unwrap();
+    }
+    let queue: Arc<dyn Queue> = Arc::new(queue.with_store(store));
+    let (outcomes, runs) = settle_all(Arc::clone(&queue), idem, 5).await;
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Completed,
+            Outcome::Completed,
+            Outcome::Completed,
+            Outcome::DeadLettered,
+            Outcome::Retried
+        ]
+    );
+    // The recorded event replayed without running; the flaky one ran
+    // again after its failure gave its key back.
+    let want: HashMap<String, u32> = [("evt-ok", 1), ("evt-flaky", 2), ("evt-poison", 1)]
+        .map(|(id, n)| (id.to_owned(), n))
+        .into();
+    assert_eq!(runs, want);
+    // Every run's key was claimed in its job's claim: ok, poison, and the
+    // flaky one twice; never the recorded one's.
+    assert_eq!(total("idem_inbox_keys_claimed_with_jobs_total", source), 4);
+    assert_eq!(queue.depth().await.unwrap(), Some(0));
+}
+
+#[tokio::test]
+async fn a_worker_whose_idempotent_reads_another_store_keeps_the_records_apart() {
+    counters();
+    let Some(pool) = support::postgres_pool(8).await else {
+        return;
+    };
+    let (queues_store, _records) = support::postgres_store(pool.clone()).await;
+    let (workers_store, _others) = support::postgres_store(pool.clone()).await;
+    let (queue, _jobs) = support::postgres_queue(pool.clone()).await;
+    let source = "metrics-apart";
+    for id in ["evt-ok", "evt-flaky", "evt-poison"] {
+        queue
+            .enqueue(idem_inbox::queue::NewJob::new(source, id, b"{}".to_vec()))
+            .await
+            .unwrap();
+    }
+    let queue: Arc<dyn Queue> = Arc::new(queue.with_store(queues_store.clone()));
+    let idem = Idempotent::new(workers_store.clone());
+    let (outcomes, runs) = settle_all(Arc::clone(&queue), idem.clone(), 4).await;
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Completed,
+            Outcome::Completed,
+            Outcome::DeadLettered,
+            Outcome::Retried
+        ]
+    );
+    assert_eq!(runs.values().sum::<u32>(), 4, "{runs:?}");
+    assert_eq!(total("idem_inbox_keys_claimed_with_jobs_total", source), 0);
+    // The outcomes are where the worker's `Idempotent` reads them, and no
+    // event's key is in the queue's store.
+    use idem_core::Store;
+    let key = idem.scoped(source).key("evt-ok").unwrap();
+    assert!(workers_store.load(key.as_str()).await.unwrap().is_some());
+    assert!(queues_store.load(key.as_str()).await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn each_queue_counts_its_depth() {
     let (queue, _dir) = support::sqlite_queue().await;

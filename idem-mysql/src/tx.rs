@@ -242,7 +242,7 @@ impl MySqlStore {
     }
 
     async fn open_tx(&self) -> Result<MySqlTx<'_>, StoreError> {
-        let tx = self.pool().begin().await.map_err(error)?;
+        let tx = idem_sql::begin(self.pool()).await.map_err(error)?;
         Ok(MySqlTx { store: self, tx })
     }
 }

@@ -151,6 +151,7 @@
 //! table or a bad name a config one.
 #![forbid(unsafe_code)]
 
+mod batch;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -47,7 +47,7 @@ fn index(name: &TableName) -> String {
 // with each other (`clock_timestamp()` would move between the columns of one
 // row); unlike `now()` it is not frozen at the start of an enclosing
 // transaction when the caller's pool runs statements inside one.
-const NOW: &str = "statement_timestamp()";
+pub(crate) const NOW: &str = "statement_timestamp()";
 
 /// Every statement a store runs, built once from its table name.
 #[derive(Debug, Clone)]
@@ -67,6 +67,8 @@ pub(crate) struct Statements {
     pub(crate) load: String,
     pub(crate) purge: String,
     pub(crate) complete_in: String,
+    /// Inserts a batch of prepared claims: see `batch.rs`.
+    pub(crate) claim_many: String,
 }
 
 impl Statements {
@@ -118,6 +120,7 @@ impl Statements {
         let swap = format!("UPDATE {t} SET {set_new} WHERE {owned_live_in_flight}");
         let remove = format!("DELETE FROM {t} WHERE {owned_live_in_flight}");
         Statements {
+            claim_many: crate::batch::claim_statement(&t),
             complete_in: crate::tx::fenced_completion(&swap, channel.as_deref()),
             settle: notifying(&swap),
             remove: notifying(&remove),

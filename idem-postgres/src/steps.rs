@@ -87,9 +87,7 @@ impl PostgresStore {
             source: error(e),
             when,
         };
-        let mut tx = self
-            .pool()
-            .begin()
+        let mut tx = idem_sql::begin(self.pool())
             .await
             .map_err(|e| store_error(e, When::BeforeWork))?;
         let value = match work(&mut tx).await {

@@ -232,7 +232,7 @@ impl PostgresStore {
     }
 
     async fn open_tx(&self) -> Result<PgTx<'_>, StoreError> {
-        let tx = self.pool().begin().await.map_err(error)?;
+        let tx = idem_sql::begin(self.pool()).await.map_err(error)?;
         Ok(PgTx { store: self, tx })
     }
 }

@@ -1,7 +1,8 @@
 //! What idem's SQL stores share, written once: table names checked and
 //! quoted ([`TableName`]), durations as whole microseconds ([`micros`]),
 //! a row's columns decoded into a [`Record`](idem_core::Record)
-//! ([`record`]) and driver errors typed ([`store_error`]).
+//! ([`record`]), driver errors typed ([`store_error`]), and transactions
+//! begun so that a cancelled caller cannot leave one open ([`begin`]).
 //!
 //! `idem-postgres`, `idem-mysql` and `idem-inbox`'s PostgreSQL queue use
 //! it; a new SQL store should too, so that the rules a name must follow and
@@ -36,10 +37,12 @@
 //! keeps its statements, its row reading and its server's error codes.
 #![forbid(unsafe_code)]
 
+mod begin;
 mod error;
 mod name;
 mod row;
 
+pub use begin::begin;
 pub use error::store_error;
 pub use name::{identifier, Dialect, TableName};
 pub use row::{micros, record, remaining, LONGEST};

@@ -27,6 +27,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use idem_core::{Lease, PreparedClaim};
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "postgres")]
@@ -136,6 +137,45 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
     async fn depth(&self) -> Result<Option<u64>, QueueError> {
         Ok(None)
     }
+
+    /// The queue's [`SharedCommit`], when it commits idem's claims and
+    /// outcomes together with its own transitions; `None` (the default)
+    /// when idem's records live apart, so queues written before it still
+    /// compile.
+    fn shared_commit(&self) -> Option<&dyn SharedCommit> {
+        None
+    }
+}
+
+/// A queue that writes idem's claims in its own commits: the claims of a
+/// batch of jobs' event keys in the commit that claims the jobs, where a
+/// worker otherwise makes one claim and one commit per job. What a found
+/// record means stays idem-core's decision: a key this queue could not
+/// claim goes through `execute` as usual. (Outcomes are recorded as
+/// `execute` records them, the moment the handler returns: the time
+/// between an effect and its record is what a killed worker can repeat,
+/// and waiting to record it with the job's completion lengthened it.)
+///
+/// A [`Worker`](crate::Worker) uses it when its queue offers one, and
+/// checks first that its `Idempotent` sees the records the queue writes
+/// (the same store: same table, same database); if not, it logs an error
+/// and keeps the records apart.
+#[async_trait]
+pub trait SharedCommit: Send + Sync {
+    /// Inserts the claims, each as idem's `insert` would, in one commit;
+    /// returns, in order, whether each was inserted.
+    async fn claim_keys(&self, claims: &[PreparedClaim]) -> Result<Vec<bool>, QueueError>;
+
+    /// Claims up to `max` due jobs as [`Queue::claim`] does and, in the same
+    /// commit, inserts the idem claim `prepare` gives for each job (none
+    /// for a job it gives `None`). Returns each job with its claim's
+    /// [`Lease`] when the claim was inserted, `None` otherwise.
+    async fn claim_with_keys(
+        &self,
+        max: usize,
+        lease: Duration,
+        prepare: &(dyn for<'j> Fn(&'j Job) -> Option<PreparedClaim> + Send + Sync),
+    ) -> Result<Vec<(Job, Option<Lease>)>, QueueError>;
 }
 
 /// A job to enqueue.

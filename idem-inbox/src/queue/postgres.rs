@@ -9,9 +9,12 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
+use idem_core::{Lease, PreparedClaim};
+use idem_postgres::PostgresStore;
+
 use super::{
     decode_history, decode_state, millis, valid_table_name, Enqueued, Job, JobId, JobInfo, NewJob,
-    Queue, QueueError, Settle, Token, DEFAULT_RETENTION,
+    Queue, QueueError, Settle, SharedCommit, Token, DEFAULT_RETENTION,
 };
 
 const BACKEND: &str = "postgres";
@@ -59,6 +62,8 @@ pub struct PostgresQueue {
     sql: Arc<Sql>,
     /// `None` sends each enqueue alone.
     groups: Option<Arc<group::Groups>>,
+    /// The idem store whose records the queue's commits carry, if any.
+    store: Option<PostgresStore>,
 }
 
 /// The statements, built once from the validated table name.
@@ -246,7 +251,31 @@ impl PostgresQueue {
             retention: DEFAULT_RETENTION,
             sql: Arc::new(Sql::new(DEFAULT_TABLE)),
             groups: Some(Arc::new(group::Groups::new(DEFAULT_ENQUEUE_GROUPS))),
+            store: None,
         }
+    }
+
+    /// Claims idem's keys for the worker in the queue's own commits
+    /// ([`SharedCommit`]): a batch of jobs is claimed together with idem's
+    /// claims of their event keys, in one transaction, where a worker
+    /// otherwise makes idem's claim, and its commit, for every job on top
+    /// of the queue's.
+    ///
+    /// `store` must be the store the worker's `Idempotent` uses (the same
+    /// table) and on the queue's database; the worker checks the first
+    /// when it starts (and otherwise keeps the records apart, logging an
+    /// error), and the store refuses a connection to another database.
+    ///
+    /// What changes for a job: its idem lease starts when the job is
+    /// claimed rather than when its handler starts, and is renewed while it
+    /// waits for a free handler (a job given back before its handler
+    /// started gives its key back too). A redelivered event whose key
+    /// holds a record (an outcome, or a run in flight elsewhere) goes
+    /// through `execute` as before. The outcome is recorded the moment the
+    /// handler returns, as `execute` records it.
+    pub fn with_store(mut self, store: PostgresStore) -> PostgresQueue {
+        self.store = Some(store);
+        self
     }
 
     /// Lets at most `statements` grouped enqueue statements run at once
@@ -539,5 +568,87 @@ impl Queue for PostgresQueue {
             .await
             .map_err(backend)?;
         Ok(Some(u64::try_from(depth).unwrap_or(0)))
+    }
+
+    fn shared_commit(&self) -> Option<&dyn SharedCommit> {
+        self.store.as_ref().map(|_| self as &dyn SharedCommit)
+    }
+}
+
+impl PostgresQueue {
+    fn shared_store(&self) -> Result<&PostgresStore, QueueError> {
+        self.store.as_ref().ok_or_else(|| QueueError::Backend {
+            backend: BACKEND,
+            source: "the queue shares no store's commits (see PostgresQueue::with_store)".into(),
+        })
+    }
+}
+
+#[async_trait]
+impl SharedCommit for PostgresQueue {
+    async fn claim_keys(&self, claims: &[PreparedClaim]) -> Result<Vec<bool>, QueueError> {
+        let store = self.shared_store()?;
+        let mut conn = self.pool.acquire().await.map_err(backend)?;
+        store
+            .claim_many_in(&mut conn, claims)
+            .await
+            .map_err(store_failed)
+    }
+
+    async fn claim_with_keys(
+        &self,
+        max: usize,
+        lease: Duration,
+        prepare: &(dyn for<'j> Fn(&'j Job) -> Option<PreparedClaim> + Send + Sync),
+    ) -> Result<Vec<(Job, Option<Lease>)>, QueueError> {
+        let store = self.shared_store()?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let mut tx = idem_sql::begin(&self.pool).await.map_err(backend)?;
+        let rows = sqlx::query(&self.sql.claim)
+            .bind(i64::try_from(max).unwrap_or(i64::MAX))
+            .bind(millis(lease) as f64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(backend)?;
+        let jobs = rows
+            .iter()
+            .map(job)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(backend)?;
+        let prepared: Vec<Option<PreparedClaim>> = jobs.iter().map(prepare).collect();
+        let has_claim: Vec<bool> = prepared.iter().map(Option::is_some).collect();
+        let batch: Vec<PreparedClaim> = prepared.into_iter().flatten().collect();
+        let inserted = store
+            .claim_many_in(&mut tx, &batch)
+            .await
+            .map_err(store_failed)?;
+        // Dropped without a commit, the transaction rolls back: no job
+        // claimed, no key claimed.
+        tx.commit().await.map_err(backend)?;
+        let mut leases = batch
+            .into_iter()
+            .zip(inserted)
+            .map(|(claim, inserted)| inserted.then(|| claim.inserted()));
+        Ok(jobs
+            .into_iter()
+            .zip(has_claim)
+            .map(|(job, has_claim)| {
+                let lease = if has_claim {
+                    leases.next().flatten()
+                } else {
+                    None
+                };
+                (job, lease)
+            })
+            .collect())
+    }
+}
+
+fn store_failed(e: idem_core::StoreError) -> QueueError {
+    QueueError::Backend {
+        backend: BACKEND,
+        source: Box::new(e),
     }
 }

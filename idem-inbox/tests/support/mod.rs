@@ -182,3 +182,15 @@ pub async fn claim_what_an_earlier_build_left(queue: &dyn Queue) -> idem_inbox::
     }
     jobs[0].id.clone()
 }
+
+/// A migrated idem store on a fresh table of `pool`, and the guard
+/// dropping it.
+pub async fn postgres_store(pool: PgPool) -> (idem_postgres::PostgresStore, DropTable) {
+    let table = unique_table("inbox_idem");
+    let store = idem_postgres::PostgresStore::from_pool(pool)
+        .with_table(&table)
+        .expect("a valid table name");
+    let guard = DropTable(table);
+    store.migrate().await.expect("migrate");
+    (store, guard)
+}

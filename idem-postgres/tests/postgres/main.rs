@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod batch;
 mod legacy;
 mod names_and_rows;
 mod pools_and_faults;

@@ -233,3 +233,57 @@ async fn connections_killed_while_idle_are_replaced() {
         assert_eq!(replayed, round);
     }
 }
+
+/// Callers of `execute_in_tx` dropped at any moment — while the transaction
+/// begins, while the work runs, while it commits — leave no pooled
+/// connection inside a transaction: each one the pool hands out later runs
+/// its statements on their own, committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_dropped_mid_transaction_leave_no_connection_inside_one() {
+    let app = support::unique_name("idem_cancel");
+    let Some((store, _table)) = store_named(&app).await else {
+        return;
+    };
+    let Some(admin) = support::pool(1).await else {
+        return;
+    };
+    let idem = Idempotent::new(store.clone());
+    let mut stuck_after = Vec::new();
+    for n in 0..300u64 {
+        // From at once to 2 ms in, in steps of 50 µs.
+        let cut = std::time::Duration::from_micros(n % 41 * 50);
+        let key = format!("k{n}");
+        let call = store.execute_in_tx(&idem, &key, &(), |tx| {
+            Box::pin(async move { sqlx::query("SELECT 1").execute(&mut *tx).await.map(|_| 1u8) })
+        });
+        let _ = tokio::time::timeout(cut, call).await;
+        // A connection goes back to the pool, and a dropped transaction
+        // rolls back, in tasks of their own: on a busy machine that takes a
+        // moment. A leaked transaction stays open until the next call
+        // happens to reuse its connection, so each cut is looked at, for up
+        // to a second, before the next call.
+        let mut stuck = 0;
+        for _ in 0..100 {
+            stuck = sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+            )
+            .bind(&app)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            if stuck == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if stuck > 0 {
+            stuck_after.push(cut);
+        }
+    }
+    let stuck = stuck_after.len();
+    assert_eq!(
+        stuck, 0,
+        "connections left inside a transaction after cuts at {stuck_after:?}"
+    );
+}
