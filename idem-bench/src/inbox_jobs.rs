@@ -74,31 +74,53 @@ pub(crate) async fn throughput(
         Bed::Postgres { .. } => &[Row::Worker, Row::Raw, Row::Shared],
         Bed::Sqlite => &[Row::Worker, Row::Raw],
     };
-    let mut rates = vec![Vec::new(); rows.len()];
+    let mut samples = vec![Vec::new(); rows.len()];
     for rep in 0..plan.reps {
         // Rotate which row goes first, so none always meets a warmer
         // database.
         for n in 0..rows.len() {
             let at = (n + rep) % rows.len();
-            let rate = match rows[at] {
+            let sample = match rows[at] {
                 Row::Worker => worker_run(bed, plan.jobs, work, rep, false).await?,
                 Row::Shared => worker_run(bed, plan.jobs, work, rep, true).await?,
                 Row::Raw => raw_run(bed, plan.jobs, work).await?,
             };
-            rates[at].push(rate);
+            samples[at].push(sample);
         }
     }
-    let rates: Vec<f64> = rates.iter_mut().map(|r| median(r)).collect();
+    let rows: Vec<(f64, String)> = samples
+        .iter_mut()
+        .map(|samples| {
+            let mut rates: Vec<f64> = samples.iter().map(|(rate, _)| *rate).collect();
+            let cpu = |pick: fn(&CpuPerJob) -> Option<f64>| {
+                let mut values: Vec<f64> = samples.iter().filter_map(|(_, c)| pick(c)).collect();
+                (!values.is_empty()).then(|| median(&mut values))
+            };
+            let mut cpu_text = String::new();
+            if let Some(client) = cpu(|c| c.0) {
+                cpu_text += &format!(" client-cpu-us/job={client:.0}");
+            }
+            // SQLite runs in this process: no server to count.
+            let server = match bed {
+                Bed::Postgres { .. } => cpu(|c| c.1),
+                Bed::Sqlite => None,
+            };
+            if let Some(server) = server {
+                cpu_text += &format!(" server-cpu-us/job={server:.0}");
+            }
+            (median(&mut rates), cpu_text)
+        })
+        .collect();
     let (ms, name) = (work.as_millis(), bed.name());
-    let (worker, raw) = (rates[0], rates[1]);
+    let ((worker, worker_cpu), (raw, raw_cpu)) = (&rows[0], &rows[1]);
     let mut lines = vec![
-        format!("inbox-jobs {name} work={ms}ms worker jobs/s={worker:.0}"),
-        format!("inbox-jobs {name} work={ms}ms raw jobs/s={raw:.0}"),
+        format!("inbox-jobs {name} work={ms}ms worker jobs/s={worker:.0}{worker_cpu}"),
+        format!("inbox-jobs {name} work={ms}ms raw jobs/s={raw:.0}{raw_cpu}"),
         format!("ratio inbox-jobs {name} work={ms}ms {:.3}", worker / raw),
     ];
-    if let Some(shared) = rates.get(2) {
+    if let Some((shared, shared_cpu)) = rows.get(2) {
         lines.push(format!(
-            "inbox-jobs {name}-shared work={ms}ms worker jobs/s={shared:.0}"
+            "inbox-jobs {name}-shared work={ms}ms worker jobs/s={shared:.0}{shared_cpu}"
         ));
         lines.push(format!(
             "ratio inbox-jobs {name}-shared work={ms}ms {:.3}",
@@ -106,6 +128,65 @@ pub(crate) async fn throughput(
         ));
     }
     Ok(lines)
+}
+
+/// A row's jobs/s and its client and server CPU per job (µs), taken over
+/// the timed part only (not the set-up's enqueues).
+type Sample = (f64, CpuPerJob);
+
+/// Client and server CPU per job, µs, where known.
+type CpuPerJob = (Option<f64>, Option<f64>);
+
+/// CPU used so far by this process (the client: the worker or the raw
+/// loop, and an in-process SQLite) and by the local PostgreSQL server's
+/// processes, from `/proc` (Linux; `None` elsewhere).
+struct Cpu {
+    client: Option<Duration>,
+    server: Option<Duration>,
+}
+
+impl Cpu {
+    fn now() -> Cpu {
+        Cpu {
+            client: crate::runner::process_cpu(),
+            server: postgres_cpu(),
+        }
+    }
+
+    /// Microseconds of client and server CPU per job since `self`.
+    fn per_job(&self, jobs: usize) -> CpuPerJob {
+        let now = Cpu::now();
+        let per_job = |before: Option<Duration>, after: Option<Duration>| {
+            let used = after?.checked_sub(before?)?;
+            Some(used.as_secs_f64() * 1e6 / jobs as f64)
+        };
+        (
+            per_job(self.client, now.client),
+            per_job(self.server, now.server).filter(|us| *us > 0.0),
+        )
+    }
+}
+
+/// CPU used so far by every process named `postgres` on this machine (the
+/// server and its backends; one that exits takes its share with it).
+fn postgres_cpu() -> Option<Duration> {
+    let mut ticks = 0u64;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] != "postgres" {
+            continue;
+        }
+        let mut fields = stat[close + 1..].split_whitespace().skip(11);
+        let user: u64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
+        let system: u64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
+        ticks += user + system;
+    }
+    (ticks > 0).then(|| Duration::from_millis(ticks * 10))
 }
 
 #[derive(Clone, Copy)]
@@ -130,7 +211,7 @@ async fn worker_run(
     work: Duration,
     rep: usize,
     shared: bool,
-) -> Result<f64, BoxError> {
+) -> Result<Sample, BoxError> {
     // Fresh queue and records: a record left by the previous repetition
     // would replay instead of running the handler.
     let dir = tempfile::tempdir()?;
@@ -194,7 +275,7 @@ async fn worker_run(
             .with_lease(Duration::from_secs(30)),
     );
     let target = jobs as u64;
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), Cpu::now());
     // Shutdown once every job was handled; `run` then waits for the last
     // completions, which the measurement includes.
     worker
@@ -204,16 +285,19 @@ async fn worker_run(
             }
         })
         .await;
-    let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    let (rate, cpu) = (
+        jobs as f64 / started.elapsed().as_secs_f64(),
+        cpu.per_job(jobs),
+    );
     let left = queue.depth().await?;
     if left != Some(0) {
         return Err(format!("the worker left {left:?} jobs unfinished").into());
     }
-    Ok(rate)
+    Ok((rate, cpu))
 }
 
 /// Jobs/s of the raw loop draining `jobs` fresh jobs.
-async fn raw_run(bed: Bed<'_>, jobs: usize, work: Duration) -> Result<f64, BoxError> {
+async fn raw_run(bed: Bed<'_>, jobs: usize, work: Duration) -> Result<Sample, BoxError> {
     match bed {
         Bed::Postgres { pool, tables } => raw_postgres(pool, &tables.raw, jobs, work).await,
         Bed::Sqlite => {
@@ -228,7 +312,7 @@ async fn raw_postgres(
     table: &str,
     jobs: usize,
     work: Duration,
-) -> Result<f64, BoxError> {
+) -> Result<Sample, BoxError> {
     sqlx::raw_sql(&format!(
         "DROP TABLE IF EXISTS {table};
          CREATE TABLE {table} (id bigserial PRIMARY KEY, payload bytea NOT NULL,
@@ -252,7 +336,7 @@ async fn raw_postgres(
          RETURNING id, payload"
     ));
     let done = Arc::new(format!("UPDATE {table} SET state = 'done' WHERE id = $1"));
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), Cpu::now());
     let mut loops = tokio::task::JoinSet::new();
     for _ in 0..IN_FLIGHT {
         let (pool, claim, done) = (pool.clone(), Arc::clone(&claim), Arc::clone(&done));
@@ -273,10 +357,13 @@ async fn raw_postgres(
     while let Some(joined) = loops.join_next().await {
         joined??;
     }
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+    Ok((
+        jobs as f64 / started.elapsed().as_secs_f64(),
+        cpu.per_job(jobs),
+    ))
 }
 
-async fn raw_sqlite(path: &Path, jobs: usize, work: Duration) -> Result<f64, BoxError> {
+async fn raw_sqlite(path: &Path, jobs: usize, work: Duration) -> Result<Sample, BoxError> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -296,7 +383,7 @@ async fn raw_sqlite(path: &Path, jobs: usize, work: Duration) -> Result<f64, Box
     // One connection used one operation at a time off the async threads,
     // as `SqliteQueue` uses its own.
     let conn = Arc::new(Mutex::new(conn));
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), Cpu::now());
     let mut loops = tokio::task::JoinSet::new();
     for _ in 0..IN_FLIGHT {
         let conn = Arc::clone(&conn);
@@ -341,7 +428,10 @@ async fn raw_sqlite(path: &Path, jobs: usize, work: Duration) -> Result<f64, Box
     while let Some(joined) = loops.join_next().await {
         joined??;
     }
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+    Ok((
+        jobs as f64 / started.elapsed().as_secs_f64(),
+        cpu.per_job(jobs),
+    ))
 }
 
 fn now_ms() -> i64 {

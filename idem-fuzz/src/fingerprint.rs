@@ -121,7 +121,7 @@ fn assert_same(a: &Value, b: &Value) {
                 assert_eq!(float.to_bits(), exact.to_bits(), "{text}");
                 let parsed = y.as_f64().expect("a float");
                 assert!(
-                    float == parsed || ((float - parsed) / float).abs() < 1e-14,
+                    within_rounding(float, parsed),
                     "{float} read back as {parsed}"
                 );
             }
@@ -139,6 +139,17 @@ fn assert_same(a: &Value, b: &Value) {
         }
         _ => assert_eq!(a, b),
     }
+}
+
+/// Whether `parsed` is `float` up to the parser's rounding: within a
+/// relative 1e-14, or a few units in the last place — the same thing for
+/// normal floats, but a subnormal float's last place is worth more than
+/// 1e-14 of it (one unit at 4.6e-310 is 1.1e-14 of the value).
+fn within_rounding(float: f64, parsed: f64) -> bool {
+    let same_sign = float.is_sign_negative() == parsed.is_sign_negative();
+    float == parsed
+        || ((float - parsed) / float).abs() < 1e-14
+        || (same_sign && float.to_bits().abs_diff(parsed.to_bits()) <= 2)
 }
 
 /// A body written in the order it was built, duplicate keys and all.
@@ -348,5 +359,23 @@ fn string(input: &mut Reader<'_>) -> String {
             .map(|b| char::from(b'a' + b % 4))
             .collect(),
         _ => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_is_judged_in_units_of_the_last_place_for_subnormals() {
+        // A subnormal one unit apart: more than 1e-14 relative, still rounding.
+        let float = 4.637_922_693_526_5e-310_f64;
+        let next = f64::from_bits(float.to_bits() + 1);
+        assert!(((float - next) / float).abs() > 1e-14);
+        assert!(within_rounding(float, next));
+        assert!(within_rounding(1.0, 1.0 + f64::EPSILON));
+        assert!(!within_rounding(float, f64::from_bits(float.to_bits() + 3)));
+        assert!(!within_rounding(1.0, 1.0001));
+        assert!(!within_rounding(5e-324, -5e-324));
     }
 }

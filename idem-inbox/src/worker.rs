@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use crate::backoff::Backoff;
 use crate::completer::Completer;
 use crate::handler::{Event, Handler, HandlerError};
-use crate::queue::{Job, Queue, QueueError, SharedCommit};
+use crate::queue::{Job, Queue, QueueError};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -402,7 +402,9 @@ impl Worker {
     /// through the `Idempotent`'s store: the release finds the claim only
     /// in the same store.
     async fn check_shared(&self) -> Option<bool> {
-        let commits: &dyn SharedCommit = self.queue.shared_commit()?;
+        let Some(commits) = self.queue.shared_commit() else {
+            return Some(false);
+        };
         let mut nonce = [0u8; 16];
         rand::Rng::fill(&mut rand::rng(), &mut nonce[..]);
         let probe = self
@@ -422,7 +424,8 @@ impl Worker {
             Ok(()) => Some(true),
             Err(IdemError::LeaseLost) => {
                 tracing::error!(
-                    "the queue writes idem's records to another store than the worker's                      Idempotent reads; keeping them apart (give the queue the worker's store)"
+                    "the queue writes idem's records to another store than the worker's \
+                     Idempotent reads; keeping them apart (give the queue the worker's store)"
                 );
                 Some(false)
             }

@@ -247,24 +247,29 @@ async fn killed_workers_lose_nothing_on_postgres() {
 /// the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_workers_lose_nothing_on_postgres_with_a_postgres_store() {
-    let Some(pool) = support::postgres_pool(16).await else {
-        return;
-    };
-    let (store, _records) = support::postgres_store(pool.clone()).await;
-    let (queue, _jobs) = support::postgres_queue(pool).await;
-    run(Arc::new(queue), Some(Idempotent::new(store))).await;
+    on_a_postgres_store(false).await;
 }
 
-/// The same, with idem's records in the queue's own commits: workers die
-/// between a batch's claims and its handlers, and between a handler and
-/// the commit of its outcome with its job's completion.
+/// The same, with idem's claims in the queue's own commits: workers die
+/// between a batch's claims and its handlers too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_workers_lose_nothing_on_postgres_with_shared_commits() {
+    on_a_postgres_store(true).await;
+}
+
+/// The crash run with idem on a PostgreSQL store in the queue's database;
+/// the queue claims idem's keys in its own commits when `shared`.
+async fn on_a_postgres_store(shared: bool) {
     let Some(pool) = support::postgres_pool(16).await else {
         return;
     };
     let (store, _records) = support::postgres_store(pool.clone()).await;
     let (queue, _jobs) = support::postgres_queue(pool).await;
     let idem = Idempotent::new(store.clone());
-    run(Arc::new(queue.with_store(store)), Some(idem)).await;
+    let queue = if shared {
+        queue.with_store(store)
+    } else {
+        queue
+    };
+    run(Arc::new(queue), Some(idem)).await;
 }

@@ -5,7 +5,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -114,41 +113,8 @@ async fn the_worker_counts_each_job_by_how_it_ended() {
             .await
             .unwrap();
     }
-    let flaky = Arc::new(AtomicU32::new(0));
-    let seen = Arc::clone(&flaky);
-    let handler = move |event: Event| {
-        let seen = Arc::clone(&seen);
-        async move {
-            match event.id.as_str() {
-                "evt-poison" => Err(HandlerError::permanent("never")),
-                "evt-flaky" if seen.fetch_add(1, Ordering::SeqCst) == 0 => {
-                    Err(HandlerError::retryable("once"))
-                }
-                _ => Ok(()),
-            }
-        }
-    };
-    let config = WorkerConfig::default()
-        .with_lease(Duration::from_secs(5))
-        .with_backoff(Backoff::new(
-            Duration::from_millis(1),
-            Duration::from_millis(1),
-        ));
-    let worker = Worker::new(
-        Arc::clone(&queue),
-        Idempotent::new(MemoryStore::new()),
-        handler,
-    )
-    .with_config(config);
-    let mut outcomes = Vec::new();
-    for _ in 0..50 {
-        outcomes.extend(worker.run_once(10).await.unwrap());
-        if outcomes.len() >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    outcomes.sort_by_key(|o| format!("{o:?}"));
+    let (outcomes, _) =
+        settle_all(Arc::clone(&queue), Idempotent::new(MemoryStore::new()), 4).await;
     assert_eq!(
         outcomes,
         [
