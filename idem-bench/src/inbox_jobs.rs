@@ -9,8 +9,7 @@
 //!   'done'`.
 //!   With `PostgresQueue::with_store`, the `postgres-shared` row: the same
 //!   worker, its queue claiming each batch of jobs with idem's claims of
-//!   their keys in one commit and completing each group of finished jobs
-//!   with their outcomes in another.
+//!   their keys in one commit.
 //! * **SQLite**: the worker over a `SqliteQueue` and a `SqliteStore`
 //!   (each its own file, WAL, full synchronous commits) against the same
 //!   claim-one, work, mark-done loop on one connection with the same
@@ -63,7 +62,7 @@ impl Bed<'_> {
 }
 
 /// The worker and raw rows on `bed`, and their ratio; on PostgreSQL also
-/// the worker whose queue carries idem's records in its own commits
+/// the worker whose queue claims idem's keys in its own commits
 /// (`PostgresQueue::with_store`), as `postgres-shared`.
 pub(crate) async fn throughput(
     bed: Bed<'_>,
@@ -195,7 +194,7 @@ enum Row {
     Worker,
     /// The raw claim-and-mark-done loop.
     Raw,
-    /// The worker, idem's records in the queue's commits.
+    /// The worker, idem's claims in the queue's commits.
     Shared,
 }
 

@@ -107,12 +107,7 @@ async fn the_worker_counts_each_job_by_how_it_ended() {
     let (queue, _dir) = support::sqlite_queue().await;
     let queue: Arc<dyn Queue> = Arc::new(queue);
     let source = "metrics-worker";
-    for id in ["evt-ok", "evt-flaky", "evt-poison"] {
-        queue
-            .enqueue(idem_inbox::queue::NewJob::new(source, id, b"{}".to_vec()))
-            .await
-            .unwrap();
-    }
+    enqueue(&*queue, source, &["evt-ok", "evt-flaky", "evt-poison"]).await;
     let (outcomes, _) =
         settle_all(Arc::clone(&queue), Idempotent::new(MemoryStore::new()), 4).await;
     assert_eq!(
@@ -130,6 +125,16 @@ async fn the_worker_counts_each_job_by_how_it_ended() {
     assert_eq!(counts.get("retried"), Some(&1), "{counts:?}");
     assert_eq!(counts.get("dead_lettered"), Some(&1), "{counts:?}");
     assert_eq!(counts.len(), 3, "{counts:?}");
+}
+
+/// Enqueues the events `ids` of `source`, each with the payload `{}`.
+async fn enqueue(queue: &dyn Queue, source: &str, ids: &[&str]) {
+    for id in ids {
+        queue
+            .enqueue(idem_inbox::queue::NewJob::new(source, *id, b"{}".to_vec()))
+            .await
+            .unwrap();
+    }
 }
 
 /// Total of the counter `name` for `source`.
@@ -209,12 +214,12 @@ async fn a_queue_sharing_idems_commits_claims_each_key_with_its_job() {
     )
     .await
     .unwrap();
-    for id in ["evt-ok", "evt-flaky", "evt-poison", "evt-done"] {
-        queue
-            .enqueue(idem_inbox::queue::NewJob::new(source, id, b"{}".to_vec()))
-            .await
-            .unwrap();
-    }
+    enqueue(
+        &queue,
+        source,
+        &["evt-ok", "evt-flaky", "evt-poison", "evt-done"],
+    )
+    .await;
     let queue: Arc<dyn Queue> = Arc::new(queue.with_store(store));
     let (outcomes, runs) = settle_all(Arc::clone(&queue), idem, 5).await;
     assert_eq!(
@@ -249,12 +254,7 @@ async fn a_worker_whose_idempotent_reads_another_store_keeps_the_records_apart()
     let (workers_store, _others) = support::postgres_store(pool.clone()).await;
     let (queue, _jobs) = support::postgres_queue(pool.clone()).await;
     let source = "metrics-apart";
-    for id in ["evt-ok", "evt-flaky", "evt-poison"] {
-        queue
-            .enqueue(idem_inbox::queue::NewJob::new(source, id, b"{}".to_vec()))
-            .await
-            .unwrap();
-    }
+    enqueue(&queue, source, &["evt-ok", "evt-flaky", "evt-poison"]).await;
     let queue: Arc<dyn Queue> = Arc::new(queue.with_store(queues_store.clone()));
     let idem = Idempotent::new(workers_store.clone());
     let (outcomes, runs) = settle_all(Arc::clone(&queue), idem.clone(), 4).await;

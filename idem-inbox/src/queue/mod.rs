@@ -138,9 +138,9 @@ pub trait Queue: Send + Sync + fmt::Debug + 'static {
         Ok(None)
     }
 
-    /// The queue's [`SharedCommit`], when it commits idem's claims and
-    /// outcomes together with its own transitions; `None` (the default)
-    /// when idem's records live apart, so queues written before it still
+    /// The queue's [`SharedCommit`], when it commits idem's claims
+    /// together with its own claims of jobs; `None` (the default) when
+    /// idem's records live apart, so queues written before it still
     /// compile.
     fn shared_commit(&self) -> Option<&dyn SharedCommit> {
         None
