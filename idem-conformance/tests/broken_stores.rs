@@ -57,6 +57,7 @@ caught! {
     truncated_payloads_are_caught: TruncatesPayloads => "large_payload_round_trips",
     payloads_stored_as_text_are_caught: StoresPayloadsAsText => "every_byte_value_round_trips",
     a_found_record_reporting_its_given_times_is_caught: FoundReportsGivenTimes => "found_record_reports_the_time_left_now",
+    a_found_record_reporting_lower_bounds_is_caught: FoundReportsLowerBounds => "found_record_reports_the_time_left_now",
     a_load_reporting_given_times_is_caught: LoadReportsGivenTimes => "remaining_times_are_reported_within_bounds",
     a_renewal_that_keeps_the_retention_is_caught: RenewalKeepsRetention => "renewal_restarts_retention_from_now",
     a_renewal_that_keeps_the_lease_is_caught: RenewalKeepsLease => "swap_renews_the_lease_from_now",

@@ -103,16 +103,15 @@ impl Key {
         validate_client_key(client_key)?;
         validate_part(KeyPart::Namespace, namespace)?;
         validate_part(KeyPart::Scope, scope)?;
+        // `{len}:{namespace}{len}:{scope}{client key}`, written without the
+        // formatting machinery: this runs on every call.
         let mut encoded =
             String::with_capacity(namespace.len() + scope.len() + client_key.len() + 8);
-        use fmt::Write;
-        // Writing to a String cannot fail.
-        let _ = write!(
-            encoded,
-            "{}:{namespace}{}:{scope}",
-            namespace.len(),
-            scope.len()
-        );
+        for part in [namespace, scope] {
+            push_decimal(&mut encoded, part.len());
+            encoded.push(':');
+            encoded.push_str(part);
+        }
         let client_start = encoded.len();
         encoded.push_str(client_key);
         Ok(Key {
@@ -161,6 +160,22 @@ pub fn validate_client_key(key: &str) -> Result<(), KeyError> {
     }
 }
 
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+}
+
 fn validate_part(part: KeyPart, value: &str) -> Result<(), KeyError> {
     let part = part.as_str();
     if value.len() > MAX_SCOPE_LEN {
@@ -190,6 +205,23 @@ mod tests {
         assert_ne!(a.as_str(), b.as_str());
         assert_eq!(a.client_key(), "c");
         assert_eq!(b.client_key(), "b:c");
+    }
+
+    /// Records are stored under this form: it must not change, or keys
+    /// written by an earlier build would no longer be found.
+    #[test]
+    fn the_storage_form_is_lengths_then_parts() {
+        assert_eq!(Key::new("", "", "k").unwrap().as_str(), "0:0:k");
+        assert_eq!(
+            Key::new("shop", "tenant-7", "order:1").unwrap().as_str(),
+            "4:shop8:tenant-7order:1"
+        );
+        for len in [9, 10, 99, 100, 255] {
+            let part = "n".repeat(len);
+            let key = Key::new(&part, "s", "k").unwrap();
+            assert_eq!(key.as_str(), format!("{len}:{part}1:sk"));
+            assert_eq!(key.client_key(), "k");
+        }
     }
 
     #[test]

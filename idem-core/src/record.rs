@@ -162,7 +162,9 @@ pub struct Record {
     /// for other states.
     pub lease_remaining: Option<Duration>,
     /// The retention time left; always above zero for a record a store
-    /// returns, since a record past retention is absent.
+    /// returns, since a record past retention is absent. For a settled
+    /// record found by [`Store::insert`](crate::Store::insert) a store may
+    /// report a lower bound instead (see the store contract's *Time*).
     pub retention_remaining: Duration,
 }
 

@@ -35,7 +35,16 @@ pub enum Insert {
 /// report times *remaining* on read ([`Record::lease_remaining`],
 /// [`Record::retention_remaining`]): the time left now on its clock, in
 /// every record it returns ([`load`](Store::load) and [`Insert::Found`]),
-/// never the length the record was written with. Every write that replaces
+/// never the length the record was written with. One exception: the
+/// retention of a `Completed` or `Failed` record in [`Insert::Found`] MAY
+/// be reported short of the time left, down to the least time above zero
+/// (a lower bound), for a store whose claim cannot read a found value's
+/// deadline in the same step without a cost on every replay (Redis's
+/// `SET … NX GET`); it MUST NOT be reported longer than the time left.
+/// No decision rests on it: a settled record found is replayed or refused
+/// whatever its retention, and [`load`](Store::load) reports it exactly.
+/// The lease of an `InFlight` record found, which decides between waiting
+/// and taking over, is always the time left now. Every write that replaces
 /// a record (`insert`, `swap`, `take_over`) MUST compute *both* deadlines
 /// afresh from now; in particular a renewal (a `swap` that keeps the record
 /// `InFlight`) restarts the retention as well as the lease, so heartbeating

@@ -1,8 +1,13 @@
-//! The `Store` implementation: one round trip per method.
+//! The `Store` implementation: one round trip per method, two for a
+//! claim that finds a record in flight.
 //!
-//! `insert` and `load` are plain commands in a `MULTI … EXEC` transaction
-//! (`SET … NX GET PX` or `GET`, then `PTTL`): atomic, one write and one
-//! read, and about half the server's time of a script doing the same. `swap`,
+//! `insert` is a bare `SET … NX GET PX`: it inserts, or returns what it
+//! found. A completed or failed record found is answered from that value
+//! alone (its retention left is not read: the store contract allows a
+//! lower bound there, and idem decides nothing on it). A record found in
+//! flight needs its lease left, so the claim is sent again inside a
+//! `MULTI … EXEC` with `PTTL`, atomic, which also inserts if the key was
+//! freed in between. `load` is the same transaction around `GET`. `swap`,
 //! `take_over` and `remove` are compare-and-sets on the token and need a
 //! script each.
 
@@ -16,6 +21,22 @@ use crate::error::{failed, unexpected};
 use crate::record::{self, Encoded};
 use crate::scripts::SCRIPTS;
 use crate::RedisStore;
+
+/// The `PTTL` a settled record found by a bare claim is decoded with: its
+/// retention is reported as the least above zero, a lower bound.
+const SETTLED_FOUND_PTTL: i64 = 0;
+
+/// A claim of `key`: `SET key value NX GET PX retention`.
+fn claim_command(key: &[u8], encoded: &Encoded<'_>) -> Cmd {
+    let mut set = command("SET", 6, key.len() + encoded.len() + 16);
+    set.arg(key)
+        .arg(encoded)
+        .arg("NX")
+        .arg("GET")
+        .arg("PX")
+        .arg(encoded.retention_ms);
+    set
+}
 
 impl RedisStore {
     /// Runs `first` and then `PTTL` on `key` in one transaction and decodes
@@ -85,20 +106,36 @@ impl Store for RedisStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         let key = self.redis_key(key);
         let encoded = Encoded::new(record);
-        let mut set = command("SET", 6, key.len() + encoded.len() + 16);
-        set.arg(&key)
-            .arg(&encoded)
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(encoded.retention_ms);
-        Ok(match self.read_with_ttl(&key, set).await? {
-            None => Insert::Inserted,
+        let reply = self
+            .connection
+            .query(&claim_command(&key, &encoded))
+            .await
+            .map_err(|e| failed(&key, e))?;
+        let found = match reply {
+            Value::Nil => return Ok(Insert::Inserted),
+            Value::BulkString(value) => record::decode(&key, value, SETTLED_FOUND_PTTL)?,
+            other => return Err(unexpected(other)),
+        };
+        let found = if found.state == State::InFlight && found.token != record.token {
+            // Its lease left decides between waiting and taking over: claim
+            // again with the key's `PTTL` in one transaction.
+            match self
+                .read_with_ttl(&key, claim_command(&key, &encoded))
+                .await?
+            {
+                None => return Ok(Insert::Inserted),
+                Some(found) => found,
+            }
+        } else {
+            found
+        };
+        Ok(if found.token == record.token {
             // Only this call holds its new token: finding it means a resent
             // request (a cluster client resends after a timeout) found what
             // its first attempt inserted.
-            Some(found) if found.token == record.token => Insert::Inserted,
-            Some(found) => Insert::Found(found),
+            Insert::Inserted
+        } else {
+            Insert::Found(found)
         })
     }
 

@@ -138,7 +138,8 @@ pub(crate) fn millis(duration: Duration) -> u64 {
 }
 
 /// Decodes a record from its value and its key's `PTTL`, read together on
-/// the server.
+/// the server (a settled record found by a bare claim is decoded with a
+/// `PTTL` of 0: its retention reads as the least above zero).
 pub(crate) fn decode(key: &[u8], value: Vec<u8>, pttl: i64) -> Result<Record, StoreError> {
     let corrupt = |problem| StoreError::corrupt(BACKEND, CorruptRecord::new(key, problem));
     if value.len() < HEAD {

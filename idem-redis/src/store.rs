@@ -26,34 +26,33 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   48 bytes more than the bare outcome would.
 /// * **One round trip per operation, touching one key**, which is what
 ///   makes a Redis Cluster safe: any record may live on any node. The claim
-///   (`insert`) and `load` are a `MULTI … EXEC` of plain commands
-///   (`SET … NX GET PX` or `GET`, then `PTTL`), sent in one write; `swap`,
-///   `take_over` and `remove` are compare-and-sets on the token, one Lua
-///   script each, called by SHA-1 (`EVALSHA`). A server that lost its
-///   script cache (a restart) gets the script loaded again on first use.
-/// * **Why the claim reads `PTTL`.** A claim that finds a record in flight
-///   must tell, in its one round trip, whether the owner's lease has lapsed
-///   (then the key is taken over) and how long it has left (the caller's
+///   (`insert`) is a bare `SET … NX GET PX`; `load` is a `MULTI … EXEC` of
+///   `GET` and `PTTL`, sent in one write; `swap`, `take_over` and `remove`
+///   are compare-and-sets on the token, one Lua script each, called by
+///   SHA-1 (`EVALSHA`). A server that lost its script cache (a restart)
+///   gets the script loaded again on first use.
+/// * **A claim that finds a record in flight costs a second round trip.**
+///   It must tell whether the owner's lease has lapsed (then the key is
+///   taken over) and how long it has left (the caller's
 ///   `InProgress { retry_after }`, an HTTP `Retry-After`), on the server's
-///   clock. `SET … NX GET` returns the value alone, and no plain command
-///   returns a value together with its key's time to live, so the claim
-///   reads `PTTL` in the same transaction. That read is what this store
-///   costs over a hand-written claim that cannot report time left:
-///   `idem-bench` measures it apart (its `raw-ttl` row).
-/// * **Why a transaction and not a script for the claim.** A claim script
-///   (`SET … NX GET PX`, then `PTTL` only when a value was found, returned
-///   as one bulk string) was built and measured against this transaction
-///   (release build, replays at 32 callers, client and server on one
-///   2-core machine). The client's instructions per replay fell from
-///   40.2 k to 29.6 k (callgrind), as low as a claim that is a bare
-///   `SET … NX GET` (29.8 k; the rest is idem's own work, such as the
-///   request's fingerprint). But the server's CPU per replay rose from
-///   about 2 µs to about 4 µs (Lua's fixed cost per call; a bare `SET` is
-///   1.3 µs), so throughput did not move: 0.50–0.66× the bare
-///   `SET … NX GET` either way, where the bare claim inside idem reached
-///   0.85–0.87× in the same runs. The transaction stays: it costs the
-///   server, which every client shares, half as much. The bare claim cannot
-///   report a found record's time left, which the store contract requires.
+///   clock, and `SET … NX GET` returns the value alone. So when the value
+///   found is in flight the claim is sent again inside a `MULTI … EXEC`
+///   with the key's `PTTL`: atomic, and if the key was freed in between,
+///   that second claim inserts. A first execution and a replay cost one
+///   round trip for the claim; an in-progress answer costs two, and so
+///   does each look of a waiter that polls.
+/// * **A replay does not read its record's retention left.** A completed
+///   or failed record found by a claim reports the least retention above
+///   zero (1 ms), a lower bound, as the store contract allows for settled
+///   records found by `insert`: nothing is decided on it, and
+///   [`load`](idem_core::Store::load) (the `idem` command's `inspect`)
+///   reports it exactly. Reading it would cost every replay a transaction:
+///   the claim was once `MULTI` / `SET … NX GET PX` / `PTTL` / `EXEC`, and
+///   a claim script that read `PTTL` only when it found a value was tried
+///   too; both ran replays at 32 callers at 0.50–0.66× a bare
+///   `SET … NX GET` on one 2-core machine (the transaction's three extra
+///   replies on the client, Lua's fixed cost per call on the server),
+///   where the bare claim inside idem ran at 0.85–0.87×.
 /// * **The server's clock.** Retention is the key's own expiry, set from a
 ///   duration with `PX`, so Redis forgets outcomes by itself; the lease
 ///   deadline is kept as milliseconds before that expiry, so the lease left

@@ -38,6 +38,10 @@ pub(crate) enum Flaw {
     /// `insert`'s `Found` reports the durations the record was written
     /// with, not the time left now.
     FoundReportsGivenTimes,
+    /// `insert`'s `Found` reports the least time above zero for the lease
+    /// as well as the retention: a lower bound is allowed for a settled
+    /// record's retention only, and a short lease takes over a live owner.
+    FoundReportsLowerBounds,
     /// `load` reports the durations the record was written with.
     LoadReportsGivenTimes,
     /// A renewal (a `swap` that keeps the record InFlight) moves the lease
@@ -335,7 +339,15 @@ impl Store for FlawedStore {
         let now = Instant::now();
         let mut records = self.lock();
         match records.get(&key) {
-            Some(entry) if blocks(entry, now) => Ok(Insert::Found(self.record(entry, now, given)?)),
+            Some(entry) if blocks(entry, now) => {
+                let mut found = self.record(entry, now, given)?;
+                if self.has(Flaw::FoundReportsLowerBounds) {
+                    let least = Duration::from_millis(1);
+                    found.lease_remaining = found.lease_remaining.map(|_| least);
+                    found.retention_remaining = least;
+                }
+                Ok(Insert::Found(found))
+            }
             _ => {
                 let entry = self.entry(record, now, Write::Claim, None);
                 records.insert(key, entry);
