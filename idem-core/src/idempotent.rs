@@ -378,8 +378,8 @@ impl Idempotent {
     /// matches records made under older schemes (see
     /// [Schemes](Fingerprint#schemes)); a new record gets the current one.
     ///
-    /// Costs one store round trip, and one more to take over a key whose
-    /// owner's lease lapsed.
+    /// Costs one store round trip (on Redis, two when the key is found in
+    /// flight), and one more to take over a key whose owner's lease lapsed.
     pub async fn begin(
         &self,
         key: &str,

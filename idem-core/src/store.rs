@@ -93,7 +93,9 @@ pub enum Insert {
 ///
 /// *Cost.* Each method SHOULD be one round trip to the backend; the
 /// protocol's costs (two round trips for a first execution, one for a
-/// replay) rest on it. (Measured by `idem-bench`, not checked by the kit.)
+/// replay) rest on it. An `insert` that finds a record in flight MAY take
+/// a second, to read its lease left (Redis's claim does: see
+/// `idem-redis`). (Measured by `idem-bench`, not checked by the kit.)
 ///
 /// *Wake-ups* (optional). A store MAY offer [`wakeups`](Store::wakeups);
 /// one that does MUST call [`Wakeups::wake`] for a key after every `swap`

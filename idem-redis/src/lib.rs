@@ -1,5 +1,6 @@
 //! A Redis store for idem: one key per record, one round trip per
-//! operation, deadlines on the server's clock, Redis Cluster safe.
+//! operation (two for a claim that finds a record in flight), deadlines on
+//! the server's clock, Redis Cluster safe.
 //!
 //! ```no_run
 //! use idem_core::Idempotent;
