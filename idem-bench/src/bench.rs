@@ -28,8 +28,9 @@ pub(crate) enum Kind {
     /// what group commit is measured against.
     Single,
     /// The raw protocol whose claim also reads the key's time to live in
-    /// the same `MULTI … EXEC` (Redis only): what a store pays to report
-    /// the lease left on the server's clock in the claim's one round trip.
+    /// the same `MULTI … EXEC` (Redis only): what a claim would pay on
+    /// every call to report the time left on the server's clock in one
+    /// round trip. idem-redis reads it only for a record found in flight.
     Timed,
     /// The HTTP control: the same app without the layer, its handler making
     /// one plain store round trip. The HTTP rows' baseline.

@@ -224,7 +224,7 @@ rows: raw      the minimal correct protocol by hand (one-round-trip claim, one-r
       blog     Redis only: SET NX, GET on a duplicate, plain SET to complete (unfenced)
       raw-1tx  SQLite only: raw with one transaction per operation (no group commit)
       raw-ttl  Redis only: raw whose claim also reads PTTL in the same MULTI ... EXEC,
-               as a claim must to report the lease left on the server's clock
+               every call (idem reads it only for a record found in flight)
       control  HTTP only: the same axum app without the layer, one plain store call
       idem     Idempotent::execute (HTTP: IdempotencyLayer), 100-byte body and outcome
 columns: median over repetitions; cpu µs/op = CPU of this process per operation (client,
