@@ -1,6 +1,9 @@
 //! Helpers the cases share: keys, records, clocks and checked store calls.
 
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use idem_core::{Fingerprint, Idempotent, Insert, Key, NewRecord, Record, State, Store, Token};
@@ -216,4 +219,79 @@ pub(crate) async fn join_all<T: 'static>(mut tasks: tokio::task::JoinSet<T>) -> 
         }
     }
     outputs
+}
+
+/// A store call boxed so that calls of one race can be listed together.
+pub(crate) type Call<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs `calls` in this task, polling every unfinished call once per turn,
+/// in the order given, until all are done; returns their outputs in that
+/// order.
+///
+/// The first turn runs each call up to its first await that is not ready,
+/// before any call goes on: a store that checks, awaits and then writes is
+/// met by every later racer between its check and its write, on every run
+/// and whatever the runtime's scheduling. Spawned racers (a barrier on
+/// several threads) only make that likely; the race cases run both.
+pub(crate) async fn in_turn<T>(calls: Vec<Call<'_, T>>) -> Vec<T> {
+    let mut calls: Vec<Option<Call<'_, T>>> = calls.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = calls.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, output) in calls.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(call) = slot {
+                match call.as_mut().poll(cx) {
+                    Poll::Ready(value) => {
+                        *output = Some(value);
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// How a race case starts its racers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Polled in turn in the case's task ([`in_turn`]): every racer meets
+    /// every other between its first and second step, on every run.
+    InTurn,
+    /// Each racer a task of its own, released together by a barrier, so
+    /// racers on several threads meet inside a store that does not await.
+    Spawned,
+}
+
+impl Start {
+    /// Both ways, the deterministic one first.
+    pub(crate) const BOTH: [Start; 2] = [Start::InTurn, Start::Spawned];
+}
+
+/// Runs `racers` started as `start` says; the outputs come in the given
+/// order for [`Start::InTurn`] and in the order the racers end for
+/// [`Start::Spawned`], so each output names its racer.
+pub(crate) async fn race<T: Send + 'static>(start: Start, racers: Vec<Call<'static, T>>) -> Vec<T> {
+    match start {
+        Start::InTurn => in_turn(racers).await,
+        Start::Spawned => {
+            let barrier = Arc::new(tokio::sync::Barrier::new(racers.len()));
+            let mut tasks = tokio::task::JoinSet::new();
+            for racer in racers {
+                let barrier = Arc::clone(&barrier);
+                tasks.spawn(async move {
+                    barrier.wait().await;
+                    racer.await
+                });
+            }
+            join_all(tasks).await
+        }
+    }
 }

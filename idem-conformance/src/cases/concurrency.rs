@@ -10,7 +10,8 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::support::{
-    claim, fp, idempotent, in_flight, join_all, key, live, ok, pass, settled, LONG, RETENTION,
+    claim, fp, idempotent, in_flight, join_all, key, live, ok, pass, race, settled, Call, Start,
+    LONG, RETENTION,
 };
 use crate::Factory;
 
@@ -21,26 +22,22 @@ const RACERS: usize = 32;
 pub async fn concurrent_inserts_of_one_key_yield_exactly_one_inserted(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
     let store = fixture.store();
+    // Two rounds each way: in turn, which meets an insert that checks,
+    // awaits and writes on every run, and spawned across threads.
     for round in 0..4 {
+        let start = Start::BOTH[round % 2];
         let key = Arc::new(key(&format!("race-insert-{round}")));
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let mut tasks = JoinSet::new();
-        for _ in 0..RACERS {
-            let (store, key, barrier) =
-                (Arc::clone(&store), Arc::clone(&key), Arc::clone(&barrier));
-            tasks.spawn(async move {
+        let racers = (0..RACERS)
+            .map(|_| {
+                let (store, key) = (Arc::clone(&store), Arc::clone(&key));
                 let token = Token::random();
-                barrier.wait().await;
-                (
-                    token,
-                    ok(
-                        store.insert(&key, &in_flight(token, fp(1), LONG)).await,
-                        "insert",
-                    ),
-                )
-            });
-        }
-        let outcomes = join_all(tasks).await;
+                Box::pin(async move {
+                    let inserted = store.insert(&key, &in_flight(token, fp(1), LONG)).await;
+                    (token, ok(inserted, "insert"))
+                }) as Call<'static, _>
+            })
+            .collect();
+        let outcomes = race(start, racers).await;
         let winners: Vec<Token> = outcomes
             .iter()
             .filter(|(_, outcome)| *outcome == Insert::Inserted)
@@ -49,7 +46,7 @@ pub async fn concurrent_inserts_of_one_key_yield_exactly_one_inserted(factory: &
         assert_eq!(
             winners.len(),
             1,
-            "{RACERS} concurrent inserts of one key returned Inserted {} times",
+            "{RACERS} concurrent inserts of one key ({start:?}) returned Inserted {} times",
             winners.len()
         );
         for (_, outcome) in &outcomes {
@@ -72,60 +69,63 @@ pub async fn concurrent_inserts_of_one_key_yield_exactly_one_inserted(factory: &
 pub async fn racing_take_overs_have_exactly_one_winner(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
     let store = fixture.store();
-    let key = Arc::new(key("race-take-over"));
-    let owner = Token::random();
     let lease = Duration::from_millis(50);
-    claim(&*store, &key, &in_flight(owner, fp(1), lease)).await;
+    let keys = Start::BOTH.map(|start| key(&format!("race-take-over-{start:?}")));
+    let owners = Start::BOTH.map(|_| Token::random());
+    for (key, owner) in keys.iter().zip(owners) {
+        claim(&*store, key, &in_flight(owner, fp(1), lease)).await;
+    }
     pass(tokio::time::Instant::now(), lease).await;
 
-    let barrier = Arc::new(Barrier::new(RACERS));
-    let mut tasks = JoinSet::new();
-    for _ in 0..RACERS {
-        let (store, key, barrier) = (Arc::clone(&store), Arc::clone(&key), Arc::clone(&barrier));
-        tasks.spawn(async move {
-            let heir = Token::random();
-            barrier.wait().await;
-            (
-                heir,
-                ok(
-                    store
+    for ((start, key), owner) in Start::BOTH.into_iter().zip(keys).zip(owners) {
+        let key = Arc::new(key);
+        let racers = (0..RACERS)
+            .map(|_| {
+                let (store, key) = (Arc::clone(&store), Arc::clone(&key));
+                let heir = Token::random();
+                Box::pin(async move {
+                    let won = store
                         .take_over(&key, owner, &in_flight(heir, fp(1), LONG))
-                        .await,
-                    "take_over",
-                ),
-            )
-        });
+                        .await;
+                    (heir, ok(won, "take_over"))
+                }) as Call<'static, _>
+            })
+            .collect();
+        let winners: Vec<Token> = race(start, racers)
+            .await
+            .into_iter()
+            .filter_map(|(heir, won): (Token, bool)| won.then_some(heir))
+            .collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "{RACERS} racing takeovers ({start:?}) had {} winners",
+            winners.len()
+        );
+        assert_eq!(
+            live(&*store, &key).await.token,
+            winners[0],
+            "the stored record is not the winner's"
+        );
     }
-    let winners: Vec<Token> = join_all(tasks)
-        .await
-        .into_iter()
-        .filter_map(|(heir, won)| won.then_some(heir))
-        .collect();
-    assert_eq!(
-        winners.len(),
-        1,
-        "{RACERS} racing takeovers had {} winners",
-        winners.len()
-    );
-    assert_eq!(
-        live(&*store, &key).await.token,
-        winners[0],
-        "the stored record is not the winner's"
-    );
 }
 
 /// A late owner completing and a recoverer taking over race with exactly
 /// one winner, and the record is the winner's.
 pub async fn late_owner_and_recoverer_race_with_exactly_one_winner(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
-    owner_and_recoverer_race(&fixture, Move::Complete).await;
+    for start in Start::BOTH {
+        owner_and_recoverer_race(&fixture, Move::Complete, start).await;
+    }
 }
 
 /// A late owner releasing its key and a recoverer taking it over race with
 /// exactly one winner: a release never deletes the heir's record.
 pub async fn release_and_take_over_race_with_exactly_one_winner(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
-    owner_and_recoverer_race(&fixture, Move::Release).await;
+    for start in Start::BOTH {
+        owner_and_recoverer_race(&fixture, Move::Release, start).await;
+    }
 }
 
 /// What the late owner does while a recoverer takes its key over.
@@ -135,11 +135,11 @@ enum Move {
     Release,
 }
 
-async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move) {
+async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move, start: Start) {
     let store = fixture.store();
     const KEYS: usize = 48;
     let lease = Duration::from_millis(50);
-    let name = |n: usize| key(&format!("late-owner-{owner_move:?}-{n}"));
+    let name = |n: usize| key(&format!("late-owner-{owner_move:?}-{start:?}-{n}"));
     let mut owners = Vec::new();
     for n in 0..KEYS {
         let owner = Token::random();
@@ -148,20 +148,29 @@ async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move) {
     }
     pass(tokio::time::Instant::now(), lease).await;
 
-    let barrier = Arc::new(Barrier::new(2 * KEYS));
-    let mut tasks = JoinSet::new();
+    let mut racers = Vec::new();
     for (n, owner) in owners.into_iter().enumerate() {
         let heir = Token::random();
-        for recover in [false, true] {
-            let (store, barrier, key) = (Arc::clone(&store), Arc::clone(&barrier), name(n));
-            // Each key's two racers start a different number of scheduler
-            // turns after the barrier (all nine pairs of 0, 1 and 2 turns
-            // occur), so a store that checks, yields and then writes meets
-            // the other racer between the two on some key, whatever order
-            // the runtime wakes the tasks in.
-            let turns = if recover { (n / 3) % 3 } else { n % 3 };
-            tasks.spawn(async move {
-                barrier.wait().await;
+        // In turn, half the keys poll the owner first and half the heir
+        // first, so whichever of the two checks, awaits and then writes
+        // has the other's whole call land in between on some key.
+        let order = if n % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for recover in order {
+            let (store, key) = (Arc::clone(&store), name(n));
+            // Spawned, each key's two racers start a different number of
+            // scheduler turns after the barrier (all nine pairs of 0, 1
+            // and 2 turns occur), so the tasks meet on several threads in
+            // many orders.
+            let turns = match start {
+                Start::InTurn => 0,
+                Start::Spawned if recover => (n / 3) % 3,
+                Start::Spawned => n % 3,
+            };
+            racers.push(Box::pin(async move {
                 for _ in 0..turns {
                     tokio::task::yield_now().await;
                 }
@@ -179,16 +188,16 @@ async fn owner_and_recoverer_race(fixture: &crate::Fixture, owner_move: Move) {
                     ok(store.swap(&key, owner, &done).await, "swap")
                 };
                 (n, recover, won, heir)
-            });
+            }) as Call<'static, _>);
         }
     }
-    let outcomes = join_all(tasks).await;
+    let outcomes: Vec<(usize, bool, bool, Token)> = race(start, racers).await;
     for n in 0..KEYS {
         let won: Vec<_> = outcomes.iter().filter(|o| o.0 == n && o.2).collect();
         assert_eq!(
             won.len(),
             1,
-            "a late owner's {owner_move:?} and a takeover of one key had {} winners",
+            "a late owner's {owner_move:?} and a takeover of one key ({start:?}) had {} winners",
             won.len()
         );
         let record = ok(store.load(&name(n)).await, "load");
