@@ -31,10 +31,16 @@ pub const WOKEN: Duration = Duration::from_secs(5);
 
 /// A real store that counts its `insert`s (every claim and every read a
 /// waiter makes) and passes every call, wake-ups included, through.
+///
+/// It counts each call twice: when it is made ([`inserts`](Self::inserts))
+/// and when the store has answered it ([`answered`](Self::answered)). A
+/// waiter is parked only once its last read has been answered: a read that
+/// is made but not yet answered may still find the outcome on its own.
 #[derive(Clone)]
 pub struct CountingStore {
     inner: Arc<dyn Store>,
     inserts: Arc<AtomicUsize>,
+    answered: Arc<AtomicUsize>,
 }
 
 impl CountingStore {
@@ -43,12 +49,18 @@ impl CountingStore {
         CountingStore {
             inner,
             inserts: Arc::new(AtomicUsize::new(0)),
+            answered: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     /// How many `insert`s were made so far.
     pub fn inserts(&self) -> usize {
         self.inserts.load(Ordering::SeqCst)
+    }
+
+    /// How many `insert`s the store has answered so far.
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
     }
 }
 
@@ -57,6 +69,7 @@ impl fmt::Debug for CountingStore {
         f.debug_struct("CountingStore")
             .field("inner", &self.inner)
             .field("inserts", &self.inserts())
+            .field("answered", &self.answered())
             .finish()
     }
 }
@@ -65,7 +78,9 @@ impl fmt::Debug for CountingStore {
 impl Store for CountingStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         self.inserts.fetch_add(1, Ordering::SeqCst);
-        self.inner.insert(key, record).await
+        let answer = self.inner.insert(key, record).await;
+        self.answered.fetch_add(1, Ordering::SeqCst);
+        answer
     }
 
     async fn swap(
@@ -150,8 +165,10 @@ pub async fn a_waiter_is_woken_by_the_store(store: Arc<dyn Store>, key: &str) {
         async move { idem.begin(&key, fingerprint()).await }
     });
     // The owner's claim, the waiter's first read and its read after it
-    // began watching: then it is parked.
-    until("the waiter is parked", || counting.inserts() == 3).await;
+    // began watching, all answered: then it is parked. (Counting the reads
+    // made, a third read still on its way could find the completion itself
+    // and leave no wake-up to observe.)
+    until("the waiter is parked", || counting.answered() == 3).await;
     lease.complete(b"11").await.unwrap();
     let answer = tokio::time::timeout(WOKEN, waiter)
         .await
@@ -186,7 +203,7 @@ where
         let (idem, key) = (idem.clone(), key.to_owned());
         async move { idem.begin(&key, fingerprint()).await }
     });
-    until("the waiter is parked", || counting.inserts() >= 3).await;
+    until("the waiter is parked", || counting.answered() >= 3).await;
     kill().await;
     until("the store sees its listener is gone", || {
         wakeups.disconnections() > 0

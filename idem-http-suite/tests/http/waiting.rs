@@ -34,8 +34,8 @@ async fn a_request_that_prefers_to_wait_gets_the_originals_response_instead_of_4
                 .send(),
         );
         // The original's claim, the waiter's claim that found the key in
-        // progress, then its waiting claim: now it waits.
-        eventually("the request waits", || async { counting.inserts() >= 3 }).await;
+        // progress, then its waiting claim, all answered: now it waits.
+        eventually("the request waits", || async { counting.answered() >= 3 }).await;
         handlers.gate.add_permits(1);
 
         let original = original.await.unwrap().unwrap();

@@ -80,7 +80,7 @@ async fn a_transactional_completion_wakes_waiters_at_commit() {
         let idem = idem.clone().with_wait(WAIT);
         async move { idem.begin("k", fingerprint).await }
     });
-    waiting::until("the waiter is parked", || counting.inserts() == 3).await;
+    waiting::until("the waiter is parked", || counting.answered() == 3).await;
     let mut tx = store.pool().begin().await.unwrap();
     store.complete_in(&mut tx, &lease, b"21").await.unwrap();
     tx.commit().await.unwrap();

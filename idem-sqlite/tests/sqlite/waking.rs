@@ -49,7 +49,7 @@ async fn a_waiter_is_woken_by_a_transactional_completion() {
         let idem = idem.clone().with_wait(WAIT);
         async move { idem.begin("tx-woken", fingerprint).await }
     });
-    waiting::until("the waiter is parked", || counting.inserts() == 3).await;
+    waiting::until("the waiter is parked", || counting.answered() == 3).await;
     store
         .settle_in_tx(&lease, |_| Settle::Complete(b"12".to_vec()))
         .await
