@@ -1,5 +1,5 @@
 //! Serve mode: the HTTP mode's apps, left running for an external load
-//! generator (`wrk`, see `idem-bench/wrk/`). Four servers on 127.0.0.1:
+//! generator (`wrk`, see `dev/idem-bench/wrk/`). Four servers on 127.0.0.1:
 //! axum behind `IdempotencyLayer`, actix-web behind `IdempotencyMiddleware`,
 //! and each framework's control, whose handler makes the one plain store
 //! call of the HTTP mode's control (`MemoryStore::load`, or a Redis `GET`).

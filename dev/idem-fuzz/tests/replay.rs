@@ -29,7 +29,7 @@ fn every_target_holds_on_its_seeds() {
 /// Inputs the fuzzers found, kept in `fuzz/regressions/<target>/`.
 #[test]
 fn every_target_holds_on_its_past_findings() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
     for target in idem_fuzz::TARGETS {
         let Ok(entries) = std::fs::read_dir(root.join(target.name)) else {
             continue;

@@ -130,7 +130,7 @@ struct Args {
     /// load generator: axum and actix-web behind the layer and each
     /// framework's control, over `memory` or `redis`; prints one line
     /// `serving <name> <url>` per server and runs until stopped. See
-    /// `idem-bench/wrk/`.
+    /// `dev/idem-bench/wrk/`.
     #[arg(long, value_name = "BACKEND")]
     serve_http: Option<String>,
 
