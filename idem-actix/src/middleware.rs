@@ -14,7 +14,8 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 use idem_http::{lazy_fingerprint, Admission, Options, Problem, Reply};
 
 use crate::body::Body;

@@ -117,7 +117,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{validate_client_key, Error as IdemError, Idempotent};
+use idem_core::{Error as IdemError, Idempotent, Key};
 use idem_inbox::queue::{Enqueued, JobId, NewJob, QueueError, DEFAULT_RETENTION};
 use sha2::{Digest, Sha256};
 
@@ -176,7 +176,7 @@ pub fn message_id(source: &str, event_id: &str) -> String {
     if !source.is_empty()
         && !source.contains(':')
         && source != "sha256"
-        && validate_client_key(&readable).is_ok()
+        && Key::validate_client_key(&readable).is_ok()
     {
         return readable;
     }

@@ -23,7 +23,10 @@ mod show;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use idem_core::{key_hash, Key, Listing, PURGE_BATCH};
+use idem_core::inspect::Listing;
+use idem_core::observe::key_hash;
+use idem_core::store::PURGE_BATCH;
+use idem_core::Key;
 
 use crate::open::{open, Target};
 
@@ -137,7 +140,7 @@ fn main() -> ExitCode {
 
 async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
     let store = open(target).await?;
-    let failed = |e: idem_core::StoreError| e.to_string();
+    let failed = |e: idem_core::store::StoreError| e.to_string();
     match command {
         Command::Inspect(args) => {
             let key = key(&args)?;
@@ -203,7 +206,7 @@ async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
             // Say why nothing changed, from what is there now.
             let why = match store.load(key.as_str()).await.map_err(failed)? {
                 None => "no live record is there".to_owned(),
-                Some(record) if record.state != idem_core::State::InFlight => {
+                Some(record) if record.state != idem_core::store::State::InFlight => {
                     format!("the record is {}, not in flight", show::state(&record))
                 }
                 Some(record) if record.token != token => format!(

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use idem_core::Inspect;
+use idem_core::inspect::Inspect;
 
 /// A store URL and the options that name where its records live.
 #[derive(Debug)]
@@ -18,7 +18,7 @@ pub(crate) struct Target<'a> {
 pub(crate) async fn open(target: &Target<'_>) -> Result<Arc<dyn Inspect>, String> {
     let url = target.url;
     let scheme = url.split(':').next().unwrap_or("");
-    let failed = |e: idem_core::StoreError| format!("cannot open {}: {e}", redact(url));
+    let failed = |e: idem_core::store::StoreError| format!("cannot open {}: {e}", redact(url));
     match scheme {
         "sqlite" => {
             let path = url["sqlite:".len()..].trim_start_matches("//");

@@ -3,7 +3,8 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use idem_core::{KeyParts, Record, State, Token};
+use idem_core::inspect::KeyParts;
+use idem_core::store::{Record, State, Token};
 
 /// How many bytes of an outcome a preview shows.
 pub(crate) const PREVIEW: usize = 120;

@@ -6,7 +6,8 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_core::{Begin, Error, Fingerprint, Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::{Begin, Error, Fingerprint, Idempotent};
 use idem_testing::{unique_name, Cleanup, Server, StoreKind};
 use serde_json::json;
 

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use idem_core::{
-    key_hash, spawn_purger, Begin, Error, Fingerprint, Idempotent, Inspect, KeyInTraces, Store,
-};
+use idem_core::inspect::Inspect;
+use idem_core::observe::{key_hash, KeyInTraces};
+use idem_core::store::{spawn_purger, Store};
+use idem_core::{Begin, Error, Fingerprint, Idempotent};
 use idem_testing::{unique_name, StoreKind, TestStore};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::json;

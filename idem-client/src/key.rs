@@ -3,7 +3,7 @@
 use std::fmt;
 
 use http::HeaderValue;
-use idem_core::{validate_client_key, KeyError};
+use idem_core::{Key, KeyError};
 
 /// The key of one logical request: the same on every retry of it.
 ///
@@ -23,7 +23,7 @@ impl IdempotencyKey {
     /// from the intent (`idem_core`'s derived keys), validated.
     pub fn new(key: impl Into<String>) -> Result<IdempotencyKey, KeyError> {
         let key = key.into();
-        validate_client_key(&key)?;
+        Key::validate_client_key(&key)?;
         Ok(IdempotencyKey(key))
     }
 

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::Store;
+use idem_core::store::Store;
 
 /// A fresh, isolated store for one case, and whatever must live as long as
 /// it does.

@@ -1,4 +1,4 @@
-//! The conformance kit that proves an idem [`Store`](idem_core::Store)
+//! The conformance kit that proves an idem [`Store`](idem_core::store::Store)
 //! correct, with generated concurrent interleavings.
 //!
 #![doc = include_str!("../README.md")]

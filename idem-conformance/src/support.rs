@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Idempotent, Insert, Key, NewRecord, Record, State, Store, Token};
+use idem_core::store::{Insert, NewRecord, Record, State, Store, Token};
+use idem_core::{Fingerprint, Idempotent, Key};
 use tokio::time::Instant;
 
 /// A lease for cases that wait for it to lapse: short enough to keep the kit
@@ -62,7 +63,7 @@ pub(crate) fn in_flight(
         state: State::InFlight,
         payload: &[],
         lease: Some(lease),
-        retention: idem_core::clamp::retention(RETENTION, lease),
+        retention: idem_core::store::clamp::retention(RETENTION, lease),
     }
 }
 
@@ -149,7 +150,7 @@ pub(crate) async fn absent(store: &dyn Store, key: &str, why: &str) {
 }
 
 /// Unwraps a store call's result, naming the call on failure.
-pub(crate) fn ok<T>(result: Result<T, idem_core::StoreError>, call: &str) -> T {
+pub(crate) fn ok<T>(result: Result<T, idem_core::store::StoreError>, call: &str) -> T {
     result.unwrap_or_else(|e| panic!("{call} failed: {e}"))
 }
 

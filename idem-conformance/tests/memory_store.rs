@@ -34,41 +34,44 @@ async fn late<T>(answer: T) -> T {
 }
 
 #[async_trait::async_trait]
-impl idem_core::Store for LateAnswers {
+impl idem_core::store::Store for LateAnswers {
     async fn insert(
         &self,
         key: &str,
-        record: &idem_core::NewRecord<'_>,
-    ) -> Result<idem_core::Insert, idem_core::StoreError> {
+        record: &idem_core::store::NewRecord<'_>,
+    ) -> Result<idem_core::store::Insert, idem_core::store::StoreError> {
         late(self.0.insert(key, record).await).await
     }
     async fn swap(
         &self,
         key: &str,
-        expected: idem_core::Token,
-        record: &idem_core::NewRecord<'_>,
-    ) -> Result<bool, idem_core::StoreError> {
+        expected: idem_core::store::Token,
+        record: &idem_core::store::NewRecord<'_>,
+    ) -> Result<bool, idem_core::store::StoreError> {
         late(self.0.swap(key, expected, record).await).await
     }
     async fn take_over(
         &self,
         key: &str,
-        expected: idem_core::Token,
-        record: &idem_core::NewRecord<'_>,
-    ) -> Result<bool, idem_core::StoreError> {
+        expected: idem_core::store::Token,
+        record: &idem_core::store::NewRecord<'_>,
+    ) -> Result<bool, idem_core::store::StoreError> {
         late(self.0.take_over(key, expected, record).await).await
     }
     async fn remove(
         &self,
         key: &str,
-        expected: idem_core::Token,
-    ) -> Result<bool, idem_core::StoreError> {
+        expected: idem_core::store::Token,
+    ) -> Result<bool, idem_core::store::StoreError> {
         late(self.0.remove(key, expected).await).await
     }
-    async fn load(&self, key: &str) -> Result<Option<idem_core::Record>, idem_core::StoreError> {
+    async fn load(
+        &self,
+        key: &str,
+    ) -> Result<Option<idem_core::store::Record>, idem_core::store::StoreError> {
         late(self.0.load(key).await).await
     }
-    async fn purge_expired(&self, limit: usize) -> Result<usize, idem_core::StoreError> {
+    async fn purge_expired(&self, limit: usize) -> Result<usize, idem_core::store::StoreError> {
         late(self.0.purge_expired(limit).await).await
     }
 }

@@ -8,9 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::{
-    validate_client_key, Begin, Error, Fingerprint, Idempotent, Key, Lease, NewRecord, State, Token,
-};
+use crate::store::{NewRecord, State, Token};
+use crate::{Begin, Error, Fingerprint, Idempotent, Key, Lease};
 
 // Names the scheme inside the hash, so a future scheme yields other keys
 // instead of colliding with these.
@@ -73,7 +72,7 @@ impl Key {
             // Writing to a String cannot fail.
             let _ = write!(key, "{byte:02x}");
         }
-        debug_assert!(validate_client_key(&key).is_ok());
+        debug_assert!(Key::validate_client_key(&key).is_ok());
         key
     }
 }
@@ -92,7 +91,7 @@ impl Lease {
 /// What [`Idempotent::begin_json`] found: the two answers a claim can have
 /// once errors are taken out, so matching on it needs no catch-all.
 #[derive(Debug)]
-pub enum Started<T> {
+pub enum BeginJson<T> {
     /// The key is this caller's: run the work under the lease.
     Run(Lease),
     /// The outcome was recorded before; here it is, decoded.
@@ -105,7 +104,7 @@ impl Idempotent {
     /// fingerprints `body` as JSON and claims the key, or decodes the
     /// recorded outcome. A remembered failure is [`Error::Remembered`], as
     /// `execute` gives it.
-    pub async fn begin_json<B, T, E>(&self, key: &str, body: &B) -> Result<Started<T>, Error<E>>
+    pub async fn begin_json<B, T, E>(&self, key: &str, body: &B) -> Result<BeginJson<T>, Error<E>>
     where
         B: Serialize + Sync + ?Sized,
         T: DeserializeOwned,
@@ -113,7 +112,7 @@ impl Idempotent {
         let key = self.key(key).map_err(Error::into_work_error)?;
         let fingerprint = Fingerprint::of_json(body).map_err(Error::Encode)?;
         match self.begin_key(key, fingerprint.into()).await {
-            Ok(Begin::Run(lease)) => Ok(Started::Run(lease)),
+            Ok(Begin::Run(lease)) => Ok(BeginJson::Run(lease)),
             Ok(Begin::Replay(replay)) if replay.is_failure() => {
                 match serde_json::from_slice(replay.payload()) {
                     Ok(value) => Err(Error::Remembered(value)),
@@ -121,7 +120,7 @@ impl Idempotent {
                 }
             }
             Ok(Begin::Replay(replay)) => serde_json::from_slice(replay.payload())
-                .map(Started::Replayed)
+                .map(BeginJson::Replayed)
                 .map_err(Error::Decode),
             Err(error) => Err(error.into_work_error()),
         }
@@ -156,7 +155,7 @@ impl Lease {
 /// [`InFlight`](State::InFlight) record with a fresh token, the request's
 /// fingerprint, and the lease and retention of the `Idempotent` that
 /// prepared it ([`record`](PreparedClaim::record)). The store inserts it
-/// exactly as [`Store::insert`](crate::Store::insert) would — when the key
+/// exactly as [`Store::insert`](crate::store::Store::insert) would — when the key
 /// is absent or its record is past retention, and otherwise not at all —
 /// and says which:
 ///
@@ -228,7 +227,7 @@ mod tests {
         assert_ne!(Key::derive(&[""]), Key::derive(&[]));
         for key in [a, b, Key::derive(&[])] {
             assert_eq!(key.len(), 69);
-            assert!(validate_client_key(&key).is_ok());
+            assert!(Key::validate_client_key(&key).is_ok());
         }
     }
 
@@ -236,7 +235,8 @@ mod tests {
     async fn a_prepared_claim_inserted_runs_once_and_one_not_inserted_goes_through_begin() {
         use std::sync::Arc;
 
-        use crate::{Insert, MemoryStore, Store};
+        use crate::store::{Insert, Store};
+        use crate::MemoryStore;
 
         let store = Arc::new(MemoryStore::new());
         let idem = Idempotent::new(Arc::clone(&store)).scoped("tenant");

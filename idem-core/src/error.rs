@@ -3,7 +3,8 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use crate::{KeyError, StoreError};
+use crate::store::StoreError;
+use crate::KeyError;
 
 /// When a store failure happened, relative to the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

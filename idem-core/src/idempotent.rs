@@ -10,12 +10,11 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::fingerprint::MatchingFingerprints;
 use crate::machine::{decide, Decision};
 use crate::observe::{self, KeyInTraces, Observe, ObservedStore};
-use crate::{
-    Begin, Error, Fingerprint, Fingerprints, Insert, Key, Lease, NewRecord, Replay, State, Store,
-    Token, Watch, When,
-};
+use crate::store::{Insert, NewRecord, State, Store, Token, Watch};
+use crate::{Begin, Error, Fingerprint, Key, Lease, Replay, When};
 
 /// The default lease: how long a crashed owner blocks its key.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -86,7 +85,7 @@ impl Idempotent {
     /// runs, so it only bounds how long a *crashed* owner blocks the key.
     /// Zero is raised to one millisecond.
     pub fn with_lease(mut self, lease: Duration) -> Idempotent {
-        self.lease = crate::clamp::lease(lease);
+        self.lease = crate::store::clamp::lease(lease);
         self
     }
 
@@ -94,7 +93,7 @@ impl Idempotent {
     /// retention shorter than the lease is raised to the lease for claimed
     /// keys, so that a live lease is never forgotten.
     pub fn with_retention(mut self, retention: Duration) -> Idempotent {
-        self.retention = retention.max(crate::clamp::SHORTEST);
+        self.retention = retention.max(crate::store::clamp::SHORTEST);
         self
     }
 
@@ -159,8 +158,8 @@ impl Idempotent {
     /// to `longest` (5 ms and 250 ms by default). Zero pauses are raised
     /// to one millisecond and `first` is capped at `longest`.
     pub fn with_wait_polling(mut self, first: Duration, longest: Duration) -> Idempotent {
-        let longest = longest.max(crate::clamp::SHORTEST);
-        self.polling = (first.clamp(crate::clamp::SHORTEST, longest), longest);
+        let longest = longest.max(crate::store::clamp::SHORTEST);
+        self.polling = (first.clamp(crate::store::clamp::SHORTEST, longest), longest);
         self
     }
 
@@ -327,7 +326,7 @@ impl Idempotent {
             Err(error) => return Err(error.into_work_error()),
         };
 
-        let crate::Ran {
+        let crate::RunOutput {
             output: outcome,
             lease_lost,
         } = lease.run(work()).await;
@@ -374,7 +373,7 @@ impl Idempotent {
     /// layer) are built on; [`execute`](Idempotent::execute) is this plus
     /// running the work with [`Lease::run`] and the recording.
     ///
-    /// `fingerprint` is a [`Fingerprint`], or a [`Fingerprints`] that also
+    /// `fingerprint` is a [`Fingerprint`], or a [`MatchingFingerprints`] that also
     /// matches records made under older schemes (see
     /// [Schemes](Fingerprint#schemes)); a new record gets the current one.
     ///
@@ -383,7 +382,7 @@ impl Idempotent {
     pub async fn begin(
         &self,
         key: &str,
-        fingerprint: impl Into<Fingerprints>,
+        fingerprint: impl Into<MatchingFingerprints>,
     ) -> Result<Begin, Error> {
         let key = self.key(key)?;
         let span = self.observed.observe.span("idem.begin", &key);
@@ -395,7 +394,7 @@ impl Idempotent {
     pub(crate) async fn begin_key(
         &self,
         key: Key,
-        fingerprints: Fingerprints,
+        fingerprints: MatchingFingerprints,
     ) -> Result<Begin, Error> {
         let fingerprint = fingerprints.current();
         let mut waiter = Waiter::new(self.wait, self.polling);
@@ -469,7 +468,7 @@ impl Idempotent {
 
     /// The retention a claimed key is written with.
     fn claimed_retention(&self) -> Duration {
-        crate::clamp::retention(self.retention, self.lease)
+        crate::store::clamp::retention(self.retention, self.lease)
     }
 
     pub(crate) fn lease_for(&self, key: Key, token: Token, fingerprint: Fingerprint) -> Lease {
@@ -536,7 +535,7 @@ impl Waiter {
         // A lapsed lease may read as zero left: pause at least a moment so
         // a takeover that keeps losing does not spin.
         let pause = pace
-            .min(left.max(crate::clamp::SHORTEST))
+            .min(left.max(crate::store::clamp::SHORTEST))
             .min(deadline - now);
         match watch {
             Some(watch) => {

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use crate::{Record, State, Store, StoreError};
+use crate::store::{Record, State, Store, StoreError};
 
 /// The most records one [`Inspect::list`] call returns.
 pub const MAX_PAGE: usize = 1000;

@@ -2,12 +2,6 @@
 
 use std::fmt;
 
-/// The longest client key, in characters.
-pub const MAX_KEY_LEN: usize = 255;
-
-/// The longest namespace or scope, in bytes.
-pub const MAX_SCOPE_LEN: usize = 255;
-
 /// Why a key was refused. The work never runs for a refused key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -15,8 +9,8 @@ pub enum KeyError {
     /// The client key is empty.
     #[error("the idempotency key is empty; send 1 to 255 visible ASCII characters")]
     Empty,
-    /// The client key is longer than [`MAX_KEY_LEN`].
-    #[error("the idempotency key is {len} bytes long; at most {MAX_KEY_LEN} are allowed")]
+    /// The client key is longer than [`Key::MAX_CLIENT_KEY_LEN`].
+    #[error("the idempotency key is {len} bytes long; at most 255 are allowed")]
     TooLong {
         /// The length that was sent, in bytes.
         len: usize,
@@ -90,7 +84,7 @@ impl KeyError {
 /// when there is none) and the namespace separates applications sharing a
 /// store. The storage form length-prefixes namespace and scope, so scope
 /// `a:b` with key `c` can never collide with scope `a` with key `b:c`.
-/// A [`Store`](crate::Store) only ever sees [`Key::as_str`].
+/// A [`Store`](crate::store::Store) only ever sees [`Key::as_str`].
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Key {
     encoded: String,
@@ -98,9 +92,15 @@ pub struct Key {
 }
 
 impl Key {
+    /// The longest client key, in characters.
+    pub const MAX_CLIENT_KEY_LEN: usize = 255;
+
+    /// The longest namespace or scope, in bytes.
+    pub const MAX_SCOPE_LEN: usize = 255;
+
     /// Validates the three parts and encodes them.
     pub fn new(namespace: &str, scope: &str, client_key: &str) -> Result<Key, KeyError> {
-        validate_client_key(client_key)?;
+        Key::validate_client_key(client_key)?;
         validate_part(KeyPart::Namespace, namespace)?;
         validate_part(KeyPart::Scope, scope)?;
         // `{len}:{namespace}{len}:{scope}{client key}`, written without the
@@ -129,6 +129,23 @@ impl Key {
     pub fn client_key(&self) -> &str {
         &self.encoded[self.client_start..]
     }
+
+    /// Checks a client key against the rules: 1–255 bytes of visible ASCII.
+    pub fn validate_client_key(key: &str) -> Result<(), KeyError> {
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > Key::MAX_CLIENT_KEY_LEN {
+            return Err(KeyError::TooLong { len: key.len() });
+        }
+        match key.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+            Some(offset) => Err(KeyError::InvalidByte {
+                byte: key.as_bytes()[offset],
+                offset,
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 impl fmt::Debug for Key {
@@ -140,23 +157,6 @@ impl fmt::Debug for Key {
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.encoded)
-    }
-}
-
-/// Checks a client key against the rules: 1–255 bytes of visible ASCII.
-pub fn validate_client_key(key: &str) -> Result<(), KeyError> {
-    if key.is_empty() {
-        return Err(KeyError::Empty);
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(KeyError::TooLong { len: key.len() });
-    }
-    match key.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
-        Some(offset) => Err(KeyError::InvalidByte {
-            byte: key.as_bytes()[offset],
-            offset,
-        }),
-        None => Ok(()),
     }
 }
 
@@ -178,7 +178,7 @@ fn push_decimal(out: &mut String, n: usize) {
 
 fn validate_part(part: KeyPart, value: &str) -> Result<(), KeyError> {
     let part = part.as_str();
-    if value.len() > MAX_SCOPE_LEN {
+    if value.len() > Key::MAX_SCOPE_LEN {
         return Err(KeyError::InvalidScope {
             part,
             reason: "longer than 255 bytes",
@@ -226,21 +226,21 @@ mod tests {
 
     #[test]
     fn bounds_are_enforced() {
-        assert_eq!(validate_client_key(""), Err(KeyError::Empty));
-        assert!(validate_client_key(&"k".repeat(255)).is_ok());
+        assert_eq!(Key::validate_client_key(""), Err(KeyError::Empty));
+        assert!(Key::validate_client_key(&"k".repeat(255)).is_ok());
         assert_eq!(
-            validate_client_key(&"k".repeat(256)),
+            Key::validate_client_key(&"k".repeat(256)),
             Err(KeyError::TooLong { len: 256 })
         );
         assert!(matches!(
-            validate_client_key("a b"),
+            Key::validate_client_key("a b"),
             Err(KeyError::InvalidByte {
                 byte: b' ',
                 offset: 1
             })
         ));
-        assert!(validate_client_key("clé").is_err());
-        assert!(validate_client_key("a\tb").is_err());
+        assert!(Key::validate_client_key("clé").is_err());
+        assert!(Key::validate_client_key("a\tb").is_err());
         assert_eq!(
             Key::new("", "tenant\0", "k").unwrap_err().part(),
             Some(KeyPart::Scope)

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::observe::{Observe, TracedKey};
-use crate::{Error, Fingerprint, Key, State, Store, Token, When};
+use crate::store::{State, Store, Token};
+use crate::{Error, Fingerprint, Key, When};
 
 /// What [`Idempotent::begin`](crate::Idempotent::begin) decided.
 #[derive(Debug)]
@@ -56,7 +57,7 @@ impl Replay {
 /// What [`Lease::run`] returns: the work's output, and whether the lease
 /// was found lost while it ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ran<T> {
+pub struct RunOutput<T> {
     /// What the work returned.
     pub output: T,
     /// Whether a renewal found the lease lost while the work ran; if so
@@ -166,9 +167,9 @@ impl Lease {
 
     /// How often [`renew`](Lease::renew) should be called while the work
     /// runs: a third of the lease, so two renewals may fail before it lapses
-    /// (never below [`clamp::SHORTEST`](crate::clamp::SHORTEST)).
+    /// (never below [`clamp::SHORTEST`](crate::store::clamp::SHORTEST)).
     pub fn heartbeat_interval(&self) -> Duration {
-        crate::clamp::heartbeat(self.lease)
+        crate::store::clamp::heartbeat(self.lease)
     }
 
     /// Runs `work` while renewing this lease, both polled in the calling
@@ -182,18 +183,18 @@ impl Lease {
     /// could leave its side effect half done — and the result says so:
     /// its outcome must then not be recorded (recording would fail with
     /// [`Error::LeaseLost`] anyway).
-    pub async fn run<F: Future>(&self, work: F) -> Ran<F::Output> {
+    pub async fn run<F: Future>(&self, work: F) -> RunOutput<F::Output> {
         let started = std::time::Instant::now();
         let mut work = pin!(work);
         let heartbeat = self.heartbeat();
         let mut heartbeat = pin!(heartbeat);
         let ran = tokio::select! {
             biased;
-            output = &mut work => Ran { output, lease_lost: false },
+            output = &mut work => RunOutput { output, lease_lost: false },
             () = &mut heartbeat => {
                 tracing::warn!(key = %self.traced_key(),
                     "lease lost while the work ran; its outcome will not be recorded");
-                Ran { output: work.await, lease_lost: true }
+                RunOutput { output: work.await, lease_lost: true }
             }
         };
         if let Some(observe) = &self.observe {

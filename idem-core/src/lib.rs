@@ -78,7 +78,7 @@
 //!
 //! # Implementing a store
 //!
-//! A store implements [`Store`]: six primitives, each atomic on one key,
+//! A store implements [`Store`](store::Store): six primitives, each atomic on one key,
 //! with the rules in the trait's `# Contract`. [`MemoryStore`] is the
 //! reference; here is a whole store on the standard library's clock. Prove
 //! yours with the `idem-conformance` kit.
@@ -89,7 +89,7 @@
 //! use std::time::{Duration, Instant};
 //!
 //! use async_trait::async_trait;
-//! use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+//! use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
 //!
 //! #[derive(Debug, Default)]
 //! struct MapStore(Mutex<HashMap<String, (Record, Instant)>>);
@@ -186,48 +186,35 @@
 #![forbid(unsafe_code)]
 
 mod canonical;
-pub mod clamp;
 mod effects;
 mod error;
-mod fingerprint;
-mod idempotent;
-mod inspect;
+pub mod fingerprint;
 /// Entry points for the fuzz targets in `idem-fuzz`; not a stable API.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::canonical::canonical_forms;
 }
+mod idempotent;
+pub mod inspect;
 mod key;
 mod lease;
 mod machine;
 mod memory;
 pub mod observe;
-mod purger;
-mod record;
 pub mod steps;
-mod store;
-mod tx;
-mod wake;
+pub mod store;
 
-pub use effects::{PreparedClaim, Started};
+pub use effects::BeginJson;
 pub use error::{Error, When};
-pub use fingerprint::{Fingerprint, Fingerprints, PartsHasher};
-pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION, FALLBACK_POLL};
-pub use inspect::{page_limit, Inspect, KeyParts, Listed, Listing, Page, Stats, MAX_PAGE};
-pub use key::{validate_client_key, Key, KeyError, KeyPart, MAX_KEY_LEN, MAX_SCOPE_LEN};
-pub use lease::{Begin, Lease, Ran, Replay};
+pub use fingerprint::digest::Fingerprint;
+pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
+pub use key::{Key, KeyError, KeyPart};
+pub use lease::{Begin, Lease, Replay, RunOutput};
 pub use memory::MemoryStore;
-pub use observe::{key_hash, KeyInTraces};
-pub use purger::{spawn_purger, PURGE_BATCH};
-pub use record::{NewRecord, ParseError, Record, State, Token};
-pub use steps::{
-    Durable, PendingStep, Poisoned, StepEncoder, StepStart, StepWriter, Steps, StepsError,
-    DEFAULT_MAX_TAKEOVERS,
-};
-pub use store::{Insert, Store, StoreError, StoreErrorKind};
-pub use tx::{StoreTx, TxFuture};
-pub use wake::{Wakeups, Watch};
+pub use steps::durable::Durable;
+pub use steps::step::Steps;
+pub use steps::StepsError;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

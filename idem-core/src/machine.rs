@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::{Fingerprints, Record, State, Token};
+use crate::fingerprint::MatchingFingerprints;
+use crate::store::{Record, State, Token};
 
 /// What to do about a live record found under the key.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub(crate) enum Decision {
 /// conflict), then the lease, then the recorded outcome. The record's
 /// fingerprint is compared with the request's fingerprint of the same
 /// scheme, so records made under an older scheme keep matching.
-pub(crate) fn decide(record: &Record, fingerprints: &Fingerprints) -> Decision {
+pub(crate) fn decide(record: &Record, fingerprints: &MatchingFingerprints) -> Decision {
     if !fingerprints.matches(&record.fingerprint) {
         return Decision::Mismatch;
     }

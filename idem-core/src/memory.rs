@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use crate::store::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use crate::Fingerprint;
 
 /// An in-process store: a map behind a mutex, on tokio's clock.
 ///

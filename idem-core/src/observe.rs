@@ -23,7 +23,7 @@
 //! | `idem_store_errors_total` | counter | a store call failed; labels `op`, `kind` (`backend`, `corrupt`, `config`) and `work` |
 //! | `idem_store_call_seconds` | histogram | every store call; label `op` |
 //! | `idem_work_seconds` | histogram | the work, from the claim's answer to its end |
-//! | `idem_purged_total` | counter | records deleted by [`spawn_purger`](crate::spawn_purger) |
+//! | `idem_purged_total` | counter | records deleted by [`spawn_purger`](crate::store::spawn_purger) |
 //! | `idem_purge_errors_total` | counter | a purge that failed |
 //!
 //! The `work` label of a store error says whether the work had run, as
@@ -51,7 +51,8 @@ use metrics::{Key as MetricKey, Label, Level, Metadata, SharedString};
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use crate::{Insert, Key, NewRecord, Record, State, Store, StoreError, StoreErrorKind, Token};
+use crate::store::{Insert, NewRecord, Record, State, Store, StoreError, StoreErrorKind, Token};
+use crate::Key;
 
 /// How a key appears in spans and log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -408,7 +409,7 @@ impl Store for ObservedStore {
             .await
     }
 
-    fn wakeups(&self) -> Option<Arc<crate::Wakeups>> {
+    fn wakeups(&self) -> Option<Arc<crate::store::Wakeups>> {
         self.inner.wakeups()
     }
 }

@@ -1,4 +1,7 @@
-//! The `Store` trait: the atomic primitives every backend provides.
+//! For those who write a store or run one: the [`Store`] trait and its
+//! atomic primitives, the records it keeps, the wake-ups it sends, the
+//! transactional completion a SQL store offers ([`StoreTx`]) and the purger
+//! that deletes lapsed records.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -6,7 +9,18 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{NewRecord, Record, Token, Wakeups};
+pub mod clamp;
+mod purger;
+mod record;
+mod tx;
+mod wake;
+
+pub use crate::effects::PreparedClaim;
+pub use crate::idempotent::FALLBACK_POLL;
+pub use purger::{spawn_purger, PURGE_BATCH};
+pub use record::{NewRecord, ParseError, Record, State, Token};
+pub use tx::{StoreTx, TxFuture};
+pub use wake::{Wakeups, Watch};
 
 /// What [`Store::insert`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +85,7 @@ pub enum Insert {
 ///
 /// *Fencing.* `swap`, `take_over` and `remove` are compare-and-set on the
 /// token. They MUST change a record only when it is live, in state
-/// [`InFlight`](crate::State::InFlight) and holds exactly the expected
+/// [`InFlight`](crate::store::State::InFlight) and holds exactly the expected
 /// token, and MUST otherwise change nothing and return `false`. A
 /// `Completed` or `Failed` record is final until its retention lapses: no
 /// method replaces or deletes it, not even `take_over`, though it holds no

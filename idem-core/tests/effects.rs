@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Error, Fingerprint, Idempotent, Key, MemoryStore, Started, State};
+use idem_core::store::State;
+use idem_core::{BeginJson, Error, Fingerprint, Idempotent, Key, MemoryStore};
 
 const LEASE: Duration = Duration::from_secs(10);
 
@@ -13,7 +14,7 @@ fn idem() -> Idempotent {
 
 async fn lease(idem: &Idempotent, key: &str) -> idem_core::Lease {
     match idem.begin_json::<_, u32, ()>(key, "body").await {
-        Ok(Started::Run(lease)) => lease,
+        Ok(BeginJson::Run(lease)) => lease,
         other => panic!("expected to run, got {other:?}"),
     }
 }
@@ -44,7 +45,7 @@ async fn derived_keys_differ_by_scope_and_namespace() {
     assert_ne!(plain, named);
     assert_ne!(scoped, named);
     for key in [plain, scoped, named] {
-        assert!(idem_core::validate_client_key(&key).is_ok(), "{key}");
+        assert!(idem_core::Key::validate_client_key(&key).is_ok(), "{key}");
     }
 }
 
@@ -56,7 +57,7 @@ async fn begin_json_replays_what_execute_recorded_and_refuses_what_execute_refus
         .await
         .unwrap();
     match idem.begin_json::<_, u32, ()>("k", "body").await {
-        Ok(Started::Replayed(replayed)) => assert_eq!(replayed, n),
+        Ok(BeginJson::Replayed(replayed)) => assert_eq!(replayed, n),
         other => panic!("expected a replay, got {other:?}"),
     }
     assert!(matches!(
@@ -125,8 +126,8 @@ async fn run_says_when_the_lease_was_taken_over_under_the_work() {
         .run(async {
             // Another caller steals the key: its token replaces ours.
             let key = owner.key().as_str();
-            let rival = idem_core::NewRecord {
-                token: idem_core::Token::random(),
+            let rival = idem_core::store::NewRecord {
+                token: idem_core::store::Token::random(),
                 ..owner.record(State::InFlight, b"")
             };
             assert!(idem.store().swap(key, owner.token(), &rival).await.unwrap());

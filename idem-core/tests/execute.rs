@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Runs;
-use idem_core::{Error, Idempotent, MemoryStore, Store};
+use idem_core::store::Store;
+use idem_core::{Error, Idempotent, MemoryStore};
 use serde_json::{json, Value};
 
 type Res<T> = Result<T, Error<String>>;

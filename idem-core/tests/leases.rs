@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::Runs;
-use idem_core::{Begin, Error, Fingerprint, Idempotent, MemoryStore, State};
+use idem_core::store::State;
+use idem_core::{Begin, Error, Fingerprint, Idempotent, MemoryStore};
 
 type Res<T> = Result<T, Error<String>>;
 

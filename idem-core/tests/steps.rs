@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use std::sync::atomic::AtomicBool;
 
-use idem_core::{
-    Error, Idempotent, Insert, MemoryStore, NewRecord, Record, State, Steps, StepsError, Store,
-    StoreError, Token,
-};
+use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::{Error, Idempotent, MemoryStore, Steps, StepsError};
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -325,7 +323,7 @@ async fn a_key_taken_over_too_often_is_settled_as_failed_with_its_history() {
     };
     // The first run and two takeovers died; the third takeover settles.
     assert_eq!(crashes, 3);
-    let expected = idem_core::Poisoned {
+    let expected = idem_core::steps::Poisoned {
         takeovers: 3,
         steps: vec!["a".to_owned()],
     };

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use common::Runs;
-use idem_core::{
-    Error, Idempotent, Insert, MemoryStore, NewRecord, Record, Store, StoreError, Token, When,
-};
+use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::{Error, Idempotent, MemoryStore, When};
 
 /// A store whose writes after the claim can be made to fail, standing in for
 /// a backend that goes away mid-call. It is a test double for failure, built

@@ -7,7 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Method, Response};
-use idem_core::{Begin, Error, Fingerprints, Idempotent, KeyError, Lease, StoreError, When};
+use idem_core::fingerprint::MatchingFingerprints;
+use idem_core::store::StoreError;
+use idem_core::{Begin, Error, Idempotent, KeyError, Lease, When};
 
 use crate::stored::{self, Stored, Unreplayable};
 use crate::{client_key, Options, Problem};
@@ -103,7 +105,7 @@ impl Options {
         &self,
         idem: &Idempotent,
         key: &str,
-        fingerprint: impl Into<Fingerprints>,
+        fingerprint: impl Into<MatchingFingerprints>,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -127,7 +129,7 @@ impl Options {
         &self,
         idem: &Idempotent,
         key: &str,
-        fingerprint: impl Into<Fingerprints>,
+        fingerprint: impl Into<MatchingFingerprints>,
         wait: Option<Duration>,
         handler: H,
     ) -> Result<Reply<B>, E>
@@ -147,7 +149,7 @@ impl Options {
         &self,
         idem: &Idempotent,
         key: &str,
-        fingerprint: impl Into<Fingerprints>,
+        fingerprint: impl Into<MatchingFingerprints>,
         wait: Option<Duration>,
         handler: H,
     ) -> Result<Reply<B>, E>

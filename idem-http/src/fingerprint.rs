@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_TYPE};
 use http::{Method, Uri};
-use idem_core::{Fingerprint, Fingerprints, PartsHasher};
+use idem_core::fingerprint::{MatchingFingerprints, PartsHasher};
+use idem_core::Fingerprint;
 
 use crate::transcode::JsonText;
 
@@ -38,7 +39,12 @@ pub fn raw_fingerprint(
 /// Both forms are computed at once; [`lazy_fingerprint`] is the same
 /// fingerprint with the raw form computed only when a record of scheme 1
 /// is found.
-pub fn fingerprint(method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Fingerprints {
+pub fn fingerprint(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> MatchingFingerprints {
     let request = Parts::new(method, uri, headers);
     let raw = request.raw(body);
     request
@@ -61,12 +67,12 @@ pub fn lazy_fingerprint(
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
-) -> Fingerprints {
+) -> MatchingFingerprints {
     let request = Parts::new(method, uri, headers);
     match request.canonical(body) {
         Some(canonical) => {
             let (prefix, body) = (request.prefix, body.clone());
-            Fingerprints::new(canonical.with_scheme(SCHEME))
+            MatchingFingerprints::new(canonical.with_scheme(SCHEME))
                 .or_lazily(Fingerprint::FIRST_SCHEME, move || raw_of(prefix, &body))
         }
         None => {

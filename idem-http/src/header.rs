@@ -4,7 +4,7 @@
 use std::fmt;
 
 use http::header::{HeaderMap, HeaderName};
-use idem_core::{validate_client_key, KeyError};
+use idem_core::{Key, KeyError};
 
 /// Why the key header was refused; every one is answered with a 400
 /// [`Problem::InvalidKey`](crate::Problem::InvalidKey).
@@ -73,7 +73,7 @@ pub fn client_key(
             bytes_to_key(raw)?
         }
     };
-    validate_client_key(&key).map_err(KeyHeaderError::Key)?;
+    Key::validate_client_key(&key).map_err(KeyHeaderError::Key)?;
     Ok(Some(key))
 }
 

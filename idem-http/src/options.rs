@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use http::{HeaderName, Method};
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 
 /// The default limit on request and recorded response bodies: 1 MiB.
 const DEFAULT_MAX_BODY: usize = 1024 * 1024;

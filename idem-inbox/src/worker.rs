@@ -6,7 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{validate_client_key, Error as IdemError, Idempotent, Lease, PreparedClaim};
+use idem_core::store::PreparedClaim;
+use idem_core::{Error as IdemError, Idempotent, Key, Lease};
 use sha2::{Digest, Sha256};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -447,7 +448,7 @@ fn payload_digest(payload: &[u8]) -> String {
 /// source: the event id when it is a valid key, else `sha256:` and the hex
 /// digest of the id.
 pub fn event_key(event_id: &str) -> String {
-    if validate_client_key(event_id).is_ok() && !event_id.starts_with("sha256:") {
+    if Key::validate_client_key(event_id).is_ok() && !event_id.starts_with("sha256:") {
         event_id.to_owned()
     } else {
         format!(

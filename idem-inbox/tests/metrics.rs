@@ -271,7 +271,7 @@ async fn a_worker_whose_idempotent_reads_another_store_keeps_the_records_apart()
     assert_eq!(total("idem_inbox_keys_claimed_with_jobs_total", source), 0);
     // The outcomes are where the worker's `Idempotent` reads them, and no
     // event's key is in the queue's store.
-    use idem_core::Store;
+    use idem_core::store::Store;
     let key = idem.scoped(source).key("evt-ok").unwrap();
     assert!(workers_store.load(key.as_str()).await.unwrap().is_some());
     assert!(queues_store.load(key.as_str()).await.unwrap().is_none());

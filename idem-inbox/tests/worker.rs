@@ -488,14 +488,14 @@ fn event_keys_are_valid_idem_keys_and_distinct() {
     assert_eq!(event_key("evt_123"), "evt_123");
     let odd = event_key("évènement 1");
     assert!(odd.starts_with("sha256:"));
-    assert!(idem_core::validate_client_key(&odd).is_ok());
+    assert!(idem_core::Key::validate_client_key(&odd).is_ok());
     assert_ne!(
         event_key("sha256:abc"),
         "sha256:abc",
         "a hashed form could be forged"
     );
-    assert!(idem_core::validate_client_key(&event_key(&"x".repeat(300))).is_ok());
-    assert!(idem_core::validate_client_key(&event_key("")).is_ok());
+    assert!(idem_core::Key::validate_client_key(&event_key(&"x".repeat(300))).is_ok());
+    assert!(idem_core::Key::validate_client_key(&event_key("")).is_ok());
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! [`Inspect`] for [`MySqlStore`]: listing and counting records.
 
 use async_trait::async_trait;
-use idem_core::{page_limit, Inspect, Listed, Listing, Page, Stats, StoreError};
+use idem_core::inspect::{page_limit, Inspect, Listed, Listing, Page, Stats};
+use idem_core::store::StoreError;
 use sqlx::Row;
 
 use crate::error::{error, record};

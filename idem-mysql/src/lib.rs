@@ -1,4 +1,4 @@
-//! A MariaDB [`Store`](idem_core::Store) for idem: one InnoDB table, the
+//! A MariaDB [`Store`](idem_core::store::Store) for idem: one InnoDB table, the
 //! database's clock, one statement per operation.
 //!
 //! ```no_run
@@ -35,7 +35,7 @@
 //! ways to one round trip (a stored procedure run by `CALL`, or a
 //! multi-statement text query with client-side escaping) are not built
 //! yet. On MySQL the first claim fails with a config
-//! [`StoreError`](idem_core::StoreError) that says so, before any work runs.
+//! [`StoreError`](idem_core::store::StoreError) that says so, before any work runs.
 //!
 //! # The table
 //!
@@ -77,7 +77,7 @@
 //!
 //! # Round trips
 //!
-//! Each [`Store`](idem_core::Store) method is one statement in its own
+//! Each [`Store`](idem_core::store::Store) method is one statement in its own
 //! autocommit transaction, run as a prepared statement from sqlx's
 //! per-connection cache: a first execution costs two statements (claim,
 //! complete), a replay, an in-progress answer or a mismatch one. The claim
@@ -103,7 +103,7 @@
 //! its autocommit transaction, nothing of it took effect — so the store runs
 //! it again, up to eight times, and the caller sees the outcome of one
 //! serial order as usual; only a statement that loses nine deadlocks in a
-//! row surfaces one, as a backend [`StoreError`](idem_core::StoreError)
+//! row surfaces one, as a backend [`StoreError`](idem_core::store::StoreError)
 //! (safe to retry). The store's own statements never deadlock with each
 //! other in its tests: 32 callers claiming, releasing and completing four
 //! shared keys, with the reruns switched off, saw no deadlock; and a
@@ -112,7 +112,7 @@
 //! # Purging expired records
 //!
 //! An expired record is absent to every method at once; its row stays until
-//! [`purge_expired`](idem_core::Store::purge_expired) deletes it, in batches
+//! [`purge_expired`](idem_core::store::Store::purge_expired) deletes it, in batches
 //! of at most `limit` rows, oldest first. A batch is read without locks
 //! (a consistent read of the retention index), then deleted by primary key
 //! with the expiry checked again, in statements of at most 500 keys: a row a
@@ -121,7 +121,7 @@
 //! loop like this on every app server:
 //!
 //! ```no_run
-//! # use idem_core::Store;
+//! # use idem_core::store::Store;
 //! # use idem_mysql::MySqlStore;
 //! # async fn purger(store: MySqlStore) {
 //! let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
@@ -158,7 +158,7 @@
 //! transaction. [`complete_in`](MySqlStore::complete_in) and
 //! [`fail_in`](MySqlStore::fail_in) are the step for a transaction the
 //! caller manages. The policy is idem-core's, shared with the other SQL
-//! stores ([`StoreTx`](idem_core::StoreTx)).
+//! stores ([`StoreTx`](idem_core::store::StoreTx)).
 //!
 //! Where this store differs from PostgreSQL's: InnoDB ends a transaction
 //! on its own when it picks it as a deadlock victim, and sqlx does not
@@ -173,7 +173,7 @@
 //! # Failures
 //!
 //! A lost connection (server restart, `KILL`) fails the operation in
-//! flight with a backend [`StoreError`](idem_core::StoreError); the pool
+//! flight with a backend [`StoreError`](idem_core::store::StoreError); the pool
 //! drops the broken connection and opens a new one for later calls. A row
 //! that does not decode is a corrupt `StoreError`; a missing table, a bad
 //! name or an unsupported server a config one.
@@ -197,5 +197,5 @@ pub use sqlx;
 pub use store::MySqlStore;
 pub use tx::TxFuture;
 
-/// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
+/// The backend name in this crate's [`StoreError`](idem_core::store::StoreError)s.
 pub(crate) const BACKEND: &str = "mysql";

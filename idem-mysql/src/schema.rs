@@ -168,7 +168,7 @@ impl Statements {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::StoreErrorKind;
+    use idem_core::store::StoreErrorKind;
 
     use super::*;
 

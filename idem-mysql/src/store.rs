@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
 use sqlx::mysql::{MySql, MySqlArguments, MySqlPool};
 use sqlx::query::Query;
 

@@ -9,7 +9,8 @@
 
 use std::future::Future;
 
-use idem_core::{Error, Idempotent, Lease, State, StoreError, StoreTx, When};
+use idem_core::store::{State, StoreError, StoreTx};
+use idem_core::{Error, Idempotent, Lease, When};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sqlx::mysql::{MySql, MySqlConnection};
@@ -21,7 +22,7 @@ use crate::{MySqlStore, BACKEND};
 
 /// The future a transactional work closure returns (defined in idem-core,
 /// shared by every SQL store): write `|tx| Box::pin(async move { … })`.
-pub use idem_core::TxFuture;
+pub use idem_core::store::TxFuture;
 
 /// The fenced completion, built from the store's swap statement: the same
 /// update, matching only inside a transaction the server has open.
@@ -53,7 +54,7 @@ impl MySqlStore {
     ///   settled (completed, failed or released) — nothing was written, and
     ///   the transaction **must be rolled back**, so that the business writes
     ///   of a stale owner never land.
-    /// * A [config](idem_core::StoreErrorKind::Config) store error, nothing
+    /// * A [config](idem_core::store::StoreErrorKind::Config) store error, nothing
     ///   recorded: `tx` is not inside a transaction opened through sqlx, or
     ///   the server has no transaction open on it (InnoDB rolled it back to
     ///   break a deadlock, or a raw `COMMIT`/`ROLLBACK` ended it), or, for

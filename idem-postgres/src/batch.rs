@@ -2,7 +2,7 @@
 //! together with writes of its own: a job queue in the same database that
 //! claims a batch of jobs and their keys in one commit.
 
-use idem_core::{PreparedClaim, State, StoreError};
+use idem_core::store::{PreparedClaim, State, StoreError};
 use sqlx::postgres::PgConnection;
 use sqlx::Row;
 
@@ -44,7 +44,7 @@ pub(crate) fn claim_statement(t: &str) -> String {
 
 impl PostgresStore {
     /// Inserts each prepared claim on `conn` in one statement, as
-    /// [`Store::insert`](idem_core::Store::insert) would one by one, and
+    /// [`Store::insert`](idem_core::store::Store::insert) would one by one, and
     /// returns, in order, whether each was inserted: then, once `conn`'s
     /// transaction has committed, [`PreparedClaim::inserted`] gives its
     /// lease. A claim not inserted found a live record (or repeats a key
@@ -55,7 +55,7 @@ impl PostgresStore {
     /// queue claiming the jobs these keys belong to, so that both commit
     /// together) or not (the claims commit at once). It must be on the
     /// store's database; one on another database is a
-    /// [config](idem_core::StoreErrorKind::Config) error, and its
+    /// [config](idem_core::store::StoreErrorKind::Config) error, and its
     /// transaction must be rolled back. A backend error leaves it unknown
     /// which claims landed, as for `insert`; in a transaction, roll back.
     ///

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Record, StoreError};
+use idem_core::store::{Record, StoreError};
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Record, StoreError};
+use idem_core::store::{Record, StoreError};
 
 /// Decodes a record from the values of its six columns (`token`,
 /// `fingerprint`, `state`, `payload`, and the lease and retention left in

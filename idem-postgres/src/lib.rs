@@ -1,4 +1,4 @@
-//! A PostgreSQL [`Store`](idem_core::Store) for idem: one table, the
+//! A PostgreSQL [`Store`](idem_core::store::Store) for idem: one table, the
 //! database's clock, one statement per operation.
 //!
 //! ```no_run
@@ -57,7 +57,7 @@
 //!
 //! # Round trips
 //!
-//! Each [`Store`](idem_core::Store) method is one statement in its own
+//! Each [`Store`](idem_core::store::Store) method is one statement in its own
 //! implicit transaction, run as a prepared statement from sqlx's
 //! per-connection cache: a first execution costs two statements (claim,
 //! complete), a replay, an in-progress answer or a mismatch one. The claim
@@ -68,13 +68,13 @@
 //! # Purging expired records
 //!
 //! An expired record is absent to every method at once; its row stays until
-//! [`purge_expired`](idem_core::Store::purge_expired) deletes it, in batches
+//! [`purge_expired`](idem_core::store::Store::purge_expired) deletes it, in batches
 //! of at most `limit` rows, oldest first. Run a loop like this on every app
 //! server (purgers skip rows another purger holds, so they never wait on
 //! each other), or the same `DELETE` from `pg_cron`:
 //!
 //! ```no_run
-//! # use idem_core::Store;
+//! # use idem_core::store::Store;
 //! # use idem_postgres::PostgresStore;
 //! # async fn purger(store: PostgresStore) {
 //! let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
@@ -138,14 +138,14 @@
 //! [`execute_in_tx_remembering`](PostgresStore::execute_in_tx_remembering)
 //! records chosen work errors as remembered failures in the work's
 //! transaction. The policy lives in idem-core
-//! ([`StoreTx`](idem_core::StoreTx)), shared with the other SQL stores. Costs: the claim, `BEGIN`, the work's
+//! ([`StoreTx`](idem_core::store::StoreTx)), shared with the other SQL stores. Costs: the claim, `BEGIN`, the work's
 //! statements, the fenced update and `COMMIT`: the round trips the raw
 //! protocol needs for the same job.
 //!
 //! # Failures
 //!
 //! A lost connection (server restart, `pg_terminate_backend`) fails the
-//! operation in flight with a backend [`StoreError`](idem_core::StoreError);
+//! operation in flight with a backend [`StoreError`](idem_core::store::StoreError);
 //! the pool drops the broken connection and opens a new one for later
 //! calls. A row that does not decode is a corrupt `StoreError`, a missing
 //! table or a bad name a config one.
@@ -172,5 +172,5 @@ pub use sqlx;
 pub use store::PostgresStore;
 pub use tx::TxFuture;
 
-/// The backend name in this crate's [`StoreError`](idem_core::StoreError)s.
+/// The backend name in this crate's [`StoreError`](idem_core::store::StoreError)s.
 pub(crate) const BACKEND: &str = "postgres";

@@ -4,7 +4,7 @@
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use idem_core::Wakeups;
+use idem_core::store::Wakeups;
 use sqlx::postgres::{PgListener, PgPool};
 
 use crate::schema::TableName;

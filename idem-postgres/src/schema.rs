@@ -204,7 +204,7 @@ impl Statements {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::StoreErrorKind;
+    use idem_core::store::StoreErrorKind;
 
     use super::*;
 

@@ -1,7 +1,8 @@
 //! Durable steps whose effect is in this database: the step's business
 //! writes and its journal entry commit in one transaction.
 
-use idem_core::steps::{StepStart, Steps};
+use idem_core::steps::StepStart;
+use idem_core::Steps;
 use idem_core::{Error, When};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
 use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, Postgres};
 use sqlx::query::Query;
 use sqlx::Row;

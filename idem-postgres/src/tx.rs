@@ -3,7 +3,8 @@
 
 use std::future::Future;
 
-use idem_core::{Error, Idempotent, Lease, State, StoreError, StoreTx, When};
+use idem_core::store::{State, StoreError, StoreTx};
+use idem_core::{Error, Idempotent, Lease, When};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sqlx::postgres::{PgConnection, Postgres};
@@ -15,7 +16,7 @@ use crate::{PostgresStore, BACKEND};
 
 /// The future a transactional work closure returns (defined in idem-core,
 /// shared by every SQL store): write `|tx| Box::pin(async move { … })`.
-pub use idem_core::TxFuture;
+pub use idem_core::store::TxFuture;
 
 /// The fenced completion, built from the store's swap statement: the same
 /// update, answered with the count of rows it changed and the database it
@@ -49,7 +50,7 @@ impl PostgresStore {
     ///   settled (completed, failed or released) — nothing was written, and
     ///   the transaction **must be rolled back**, so that the business writes
     ///   of a stale owner never land.
-    /// * A [config](idem_core::StoreErrorKind::Config) store error, nothing
+    /// * A [config](idem_core::store::StoreErrorKind::Config) store error, nothing
     ///   written: `tx` is not inside a transaction opened through sqlx (the
     ///   outcome would commit on its own; a raw `BEGIN` is not seen and is
     ///   refused too), or it is connected to another database than the

@@ -4,7 +4,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use idem_core::{ParseError, StoreError};
+use idem_core::store::{ParseError, StoreError};
 use redis::{RedisError, Value};
 
 use crate::connection::is_wrong_type;

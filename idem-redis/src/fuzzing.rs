@@ -1,6 +1,6 @@
 //! Entry points for the fuzz targets in `idem-fuzz`; not a stable API.
 
-use idem_core::{NewRecord, Record, StoreError};
+use idem_core::store::{NewRecord, Record, StoreError};
 
 /// Encodes a record as the store writes it: the value, and the key's
 /// expiry in milliseconds.

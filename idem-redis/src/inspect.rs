@@ -8,7 +8,8 @@
 //! stores. On Redis Cluster a scan sees one node only.
 
 use async_trait::async_trait;
-use idem_core::{page_limit, Inspect, Listed, Listing, Page, Stats, Store, StoreError};
+use idem_core::inspect::{page_limit, Inspect, Listed, Listing, Page, Stats};
+use idem_core::store::{Store, StoreError};
 use redis::Value;
 
 use crate::connection::command;

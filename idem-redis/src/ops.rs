@@ -14,7 +14,7 @@
 use async_trait::async_trait;
 use redis::{Cmd, Pipeline, Value};
 
-use idem_core::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
 
 use crate::connection::{command, Script};
 use crate::error::{failed, unexpected};
@@ -187,7 +187,7 @@ impl Store for RedisStore {
         Ok(0)
     }
 
-    fn wakeups(&self) -> Option<std::sync::Arc<idem_core::Wakeups>> {
+    fn wakeups(&self) -> Option<std::sync::Arc<idem_core::store::Wakeups>> {
         self.wake_ups()
     }
 }

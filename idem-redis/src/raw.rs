@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 
-use idem_core::{Fingerprint, Token};
+use idem_core::store::Token;
+use idem_core::Fingerprint;
 
 use crate::connection::{Script, Shared};
 use crate::RedisStore;

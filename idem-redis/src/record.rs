@@ -31,7 +31,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, NewRecord, Record, State, StoreError, Token};
+use idem_core::store::{NewRecord, Record, State, StoreError, Token};
+use idem_core::Fingerprint;
 
 use crate::error::{CorruptRecord, Problem};
 use redis::{RedisWrite, ToRedisArgs};
@@ -263,7 +264,11 @@ mod tests {
             short_in_flight,
         ] {
             let error = decode(b"k", bad, 10).unwrap_err();
-            assert_eq!(error.kind(), idem_core::StoreErrorKind::Corrupt, "{error}");
+            assert_eq!(
+                error.kind(),
+                idem_core::store::StoreErrorKind::Corrupt,
+                "{error}"
+            );
         }
     }
 

@@ -7,7 +7,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClient;
 use redis::IntoConnectionInfo;
 
-use idem_core::StoreError;
+use idem_core::store::StoreError;
 
 use crate::connection::Shared;
 use crate::record::BACKEND;
@@ -45,7 +45,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   or failed record found by a claim reports the least retention above
 ///   zero (1 ms), a lower bound, as the store contract allows for settled
 ///   records found by `insert`: nothing is decided on it, and
-///   [`load`](idem_core::Store::load) (the `idem` command's `inspect`)
+///   [`load`](idem_core::store::Store::load) (the `idem` command's `inspect`)
 ///   reports it exactly. Reading it would cost every replay a transaction:
 ///   the claim was once `MULTI` / `SET … NX GET PX` / `PTTL` / `EXEC`, and
 ///   a claim script that read `PTTL` only when it found a value was tried
@@ -67,9 +67,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   connection; there is no pool to check connections out of.
 /// * **Foreign values are refused.** A value under a record's key that is
 ///   not a record of this layout (another version, truncated, garbage, a
-///   hash) is reported as [`StoreErrorKind::Corrupt`](idem_core::StoreErrorKind)
+///   hash) is reported as [`StoreErrorKind::Corrupt`](idem_core::store::StoreErrorKind)
 ///   and left as it is: nothing overwrites or deletes it.
-/// * [`purge_expired`](idem_core::Store::purge_expired) always returns
+/// * [`purge_expired`](idem_core::store::Store::purge_expired) always returns
 ///   `Ok(0)`: Redis deletes expired keys itself.
 ///
 /// * **Waking waiters.** The scripts that record an outcome or release a
@@ -218,7 +218,7 @@ impl RedisStore {
     }
 
     /// The wake-ups, starting the subscriber on the first call.
-    pub(crate) fn wake_ups(&self) -> Option<Arc<idem_core::Wakeups>> {
+    pub(crate) fn wake_ups(&self) -> Option<Arc<idem_core::store::Wakeups>> {
         self.channel.as_ref()?;
         let client = self.client.as_ref()?;
         Some(self.subscriber.wakeups(client, &self.prefix))

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use idem_core::Wakeups;
+use idem_core::store::Wakeups;
 use redis::aio::PubSub;
 use redis::{Client, ConnectionAddr, RedisResult};
 

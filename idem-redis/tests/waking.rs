@@ -8,7 +8,8 @@ mod support;
 
 use std::sync::Arc;
 
-use idem_core::{Begin, Fingerprint, Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::{Begin, Fingerprint, Idempotent};
 use idem_redis::redis;
 use idem_redis::RedisStore;
 use idem_testing::waiting::{self, WAIT};

@@ -1,6 +1,6 @@
 //! Driver errors typed the same way by every SQL store.
 
-use idem_core::StoreError;
+use idem_core::store::StoreError;
 
 /// Types a driver error for `backend`: data that does not decode is
 /// corrupt; a bad URL or option, or an error the server's own codes mark as
@@ -22,7 +22,7 @@ pub fn store_error(backend: &'static str, error: sqlx::Error, server_config: boo
 
 #[cfg(test)]
 mod tests {
-    use idem_core::StoreErrorKind;
+    use idem_core::store::StoreErrorKind;
 
     use super::*;
 

@@ -1,6 +1,6 @@
 //! What idem's SQL stores share, written once: table names checked and
 //! quoted ([`TableName`]), durations as whole microseconds ([`micros`]),
-//! a row's columns decoded into a [`Record`](idem_core::Record)
+//! a row's columns decoded into a [`Record`](idem_core::store::Record)
 //! ([`record`]), driver errors typed ([`store_error`]), and transactions
 //! begun so that a cancelled caller cannot leave one open ([`begin`]).
 //!
@@ -26,7 +26,7 @@
 //! let name = TableName::<Ansi>::parse("app.Orders")?;
 //! assert_eq!(name.quoted(), "\"app\".\"Orders\"");
 //! assert!(TableName::<Ansi>::parse("x; drop table y").is_err());
-//! # Ok::<(), idem_core::StoreError>(())
+//! # Ok::<(), idem_core::store::StoreError>(())
 //! ```
 //!
 //! # Why a crate of its own

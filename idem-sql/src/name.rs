@@ -3,7 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use idem_core::StoreError;
+use idem_core::store::StoreError;
 
 /// How one database names and quotes tables.
 pub trait Dialect {
@@ -152,7 +152,7 @@ pub fn identifier(part: &str, max: usize) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::StoreErrorKind;
+    use idem_core::store::StoreErrorKind;
 
     use super::*;
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Record, State, StoreError, Token};
+use idem_core::store::{Record, State, StoreError, Token};
+use idem_core::Fingerprint;
 
 /// The longest duration written: longer ones mean "as long as the database
 /// can count" rather than an out-of-range date error, as `MemoryStore`
@@ -59,7 +60,7 @@ pub fn record(
 
 #[cfg(test)]
 mod tests {
-    use idem_core::StoreErrorKind;
+    use idem_core::store::StoreErrorKind;
 
     use super::*;
 

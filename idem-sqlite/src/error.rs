@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{StoreError, StoreErrorKind};
+use idem_core::store::{StoreError, StoreErrorKind};
 use rusqlite::ErrorCode;
 
 /// The backend name every [`StoreError`] of this crate carries.

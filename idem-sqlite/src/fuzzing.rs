@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_core::{NewRecord, Record, StoreError};
+use idem_core::store::{NewRecord, Record, StoreError};
 use rusqlite::Connection;
 
 use crate::error::Failure;

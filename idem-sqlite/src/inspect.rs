@@ -2,7 +2,8 @@
 //! the writer's connection like every other operation.
 
 use async_trait::async_trait;
-use idem_core::{page_limit, Inspect, Listed, Listing, Page, Stats, StoreError};
+use idem_core::inspect::{page_limit, Inspect, Listed, Listing, Page, Stats};
+use idem_core::store::StoreError;
 use rusqlite::{params, Connection};
 
 use crate::error::Failure;

@@ -1,4 +1,4 @@
-//! An embedded SQLite [`Store`](idem_core::Store) for idem: one file, nothing
+//! An embedded SQLite [`Store`](idem_core::store::Store) for idem: one file, nothing
 //! to install, every recorded outcome on disk before it is reported.
 //!
 //! ```
@@ -51,8 +51,8 @@
 //! # Disk space: purging and vacuum
 //!
 //! An expired record is absent to every method at once; its row stays
-//! until [`purge_expired`](idem_core::Store::purge_expired) deletes it (run
-//! [`spawn_purger`](idem_core::spawn_purger), or the same loop yourself).
+//! until [`purge_expired`](idem_core::store::Store::purge_expired) deletes it (run
+//! [`spawn_purger`](idem_core::store::spawn_purger), or the same loop yourself).
 //! The store never runs `VACUUM` and leaves SQLite's `auto_vacuum` at its
 //! default, off: the pages a purge frees go to the file's free list and
 //! later inserts reuse them. Under steady churn the file therefore settles

@@ -7,7 +7,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_core::{Fingerprint, Insert, NewRecord, Record, State, Token};
+use idem_core::store::{Insert, NewRecord, Record, State, Token};
+use idem_core::Fingerprint;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::Failure;
@@ -112,8 +113,8 @@ pub(crate) enum Done {
     Changed(bool),
     Loaded(Option<Record>),
     Purged(usize),
-    Page(idem_core::Page),
-    Stats(idem_core::Stats),
+    Page(idem_core::inspect::Page),
+    Stats(idem_core::inspect::Stats),
     #[cfg(feature = "raw-protocol")]
     Claimed(Option<Vec<u8>>),
 }
@@ -259,7 +260,7 @@ pub(crate) fn decode(row: &impl Columns, now: i64) -> Result<Record, String> {
     let lease_until: Option<i64> = row.column(4).map_err(column)?;
     let retain_until: i64 = row.column(5).map_err(column)?;
 
-    let bad = |error: idem_core::ParseError| format!("is not a record: {error}");
+    let bad = |error: idem_core::store::ParseError| format!("is not a record: {error}");
     let token = Token::try_from(token.as_slice()).map_err(bad)?;
     let fingerprint = Fingerprint::try_from(fingerprint.as_slice()).map_err(bad)?;
     let state = u8::try_from(state)

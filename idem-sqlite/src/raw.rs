@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{State, StoreError, Token};
+use idem_core::store::{State, StoreError, Token};
 use rusqlite::{params, Connection};
 
 use crate::ops::{after, Done, Op, OpError, CLAIM};
@@ -13,7 +13,7 @@ use crate::SqliteStore;
 impl SqliteStore {
     /// Claims `key` for `token` with the bare claim statement, or returns
     /// the payload already stored under it. No fingerprint, no decoding:
-    /// the floor that [`Store::insert`](idem_core::Store::insert) is
+    /// the floor that [`Store::insert`](idem_core::store::Store::insert) is
     /// measured against.
     #[doc(hidden)]
     pub async fn raw_claim(

@@ -5,7 +5,8 @@ use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use idem_core::steps::{StepStart, Steps};
+use idem_core::steps::StepStart;
+use idem_core::Steps;
 use idem_core::{Error, When};
 use rusqlite::Connection;
 use serde::de::DeserializeOwned;

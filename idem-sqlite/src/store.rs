@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
+use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
 use tokio::sync::oneshot;
 
 use crate::error::Failure;
@@ -102,7 +102,7 @@ pub enum Synchronous {
 ///   found through an index on the retention deadline, in chunks of
 ///   [`PURGE_CHUNK`], each one statement on the writer thread: the
 ///   operations sent meanwhile are served between chunks, so a purge of
-///   [`PURGE_BATCH`](idem_core::PURGE_BATCH) records holds a claim up for
+///   [`PURGE_BATCH`](idem_core::store::PURGE_BATCH) records holds a claim up for
 ///   one chunk's delete, not the whole batch's. The price: each chunk
 ///   commits on its own, so a purge deletes fewer records a second
 ///   (`BENCHMARKS.md`, "Purge at scale": still 15× a 1,000/s ingest at
@@ -115,8 +115,8 @@ pub enum Synchronous {
 /// `lease_until INTEGER` and `retain_until INTEGER` (unix microseconds),
 /// with an index on `retain_until` for [`Store::purge_expired`]. A file
 /// holding another table of that name, or that is not a SQLite database, is
-/// refused with a [config](idem_core::StoreErrorKind::Config) error; a row
-/// that does not decode is a [corrupt](idem_core::StoreErrorKind::Corrupt)
+/// refused with a [config](idem_core::store::StoreErrorKind::Config) error; a row
+/// that does not decode is a [corrupt](idem_core::store::StoreErrorKind::Corrupt)
 /// error.
 ///
 /// Cheap to clone: clones share the writer thread, which ends when the

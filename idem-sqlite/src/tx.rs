@@ -17,7 +17,8 @@ use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use idem_core::{Error, Fingerprint, Idempotent, Lease, NewRecord, Started, State, Token, When};
+use idem_core::store::{NewRecord, State, Token};
+use idem_core::{BeginJson, Error, Fingerprint, Idempotent, Lease, When};
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::Connection;
 use serde::de::DeserializeOwned;
@@ -321,8 +322,8 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
     {
         let lease = match idem.begin_json(key, body).await? {
-            Started::Run(lease) => lease,
-            Started::Replayed(value) => return Ok(value),
+            BeginJson::Run(lease) => lease,
+            BeginJson::Replayed(value) => return Ok(value),
         };
         self.run_in_tx(lease, work, |_| None).await
     }
@@ -370,8 +371,8 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
     {
         let lease = match idem.begin_json_remembering(key, body).await? {
-            Started::Run(lease) => lease,
-            Started::Replayed(value) => return Ok(value),
+            BeginJson::Run(lease) => lease,
+            BeginJson::Replayed(value) => return Ok(value),
         };
         self.run_in_tx(lease, work, move |error| {
             remember(error).then(|| serde_json::to_vec(error))

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use idem_core::Wakeups;
+use idem_core::store::Wakeups;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 

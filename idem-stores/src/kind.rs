@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use idem_core::{MemoryStore, Store, StoreError};
+use idem_core::store::{Store, StoreError};
+use idem_core::MemoryStore;
 
 /// A store the workspace ships, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use idem_core::{Store, StoreError};
+use idem_core::store::{Store, StoreError};
 
 use crate::{Isolation, StoreKind, UnknownStore};
 

@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::request::Parts;
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 use idem_http::Options;
 use tower_layer::Layer;
 
@@ -54,7 +55,7 @@ type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// (`"order-7f3a"`, with `\"` and `\\` escapes) or a bare value
 /// (`order-7f3a`); both name the same key. A bare value may not hold `"`,
 /// `,` or `;`. The key is 1–255 visible ASCII characters
-/// ([`idem_core::validate_client_key`]). The scope extractor
+/// ([`idem_core::Key::validate_client_key`]). The scope extractor
 /// ([`with_scope`](Self::with_scope)) gives each tenant its own keys.
 ///
 /// # What is recorded

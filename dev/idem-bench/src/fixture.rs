@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Token};
+use idem_core::store::Token;
+use idem_core::Fingerprint;
 use serde::{Deserialize, Serialize};
 
 /// The error type every harness step returns: a harness has no caller that

@@ -296,7 +296,7 @@ impl Args {
                 every: pick(self.scale_purge_every, 5000, 250),
                 batch: self
                     .scale_purge_batch
-                    .unwrap_or(idem_core::PURGE_BATCH)
+                    .unwrap_or(idem_core::store::PURGE_BATCH)
                     .max(1),
                 purge: !self.scale_purge_off,
                 window: pick(self.scale_window, 60_000, 1000),

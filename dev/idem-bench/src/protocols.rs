@@ -5,7 +5,8 @@ use std::convert::Infallible;
 use std::future::ready;
 
 use async_trait::async_trait;
-use idem_core::{Error, Fingerprint, Idempotent, Insert, NewRecord, State, Store};
+use idem_core::store::{Insert, NewRecord, State, Store};
+use idem_core::{Error, Fingerprint, Idempotent};
 
 use crate::fixture::{self, BoxError, Order, LEASE, RETENTION};
 use crate::runner::{Outcome, Protocol};

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idem_core::{Error, Idempotent, Record, Store, DEFAULT_LEASE};
+use idem_core::store::{Record, Store};
+use idem_core::{Error, Idempotent, DEFAULT_LEASE};
 use idem_stores::StoreKind;
 
 use crate::fixture::{BoxError, Order};

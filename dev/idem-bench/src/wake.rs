@@ -17,9 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idem_core::{
-    Begin, Fingerprint, Idempotent, Insert, NewRecord, Record, Store, StoreError, Token, Wakeups,
-};
+use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
+use idem_core::{Begin, Fingerprint, Idempotent};
 
 use crate::fixture::BoxError;
 

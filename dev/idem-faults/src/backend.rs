@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem_core::{Store, StoreError};
+use idem_core::store::{Store, StoreError};
 use idem_testing::{Fresh, Server, StoreKind};
 
 /// One store, as every process of a test opens it.

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{
-    Error, Fingerprint, Idempotent, Insert, NewRecord, State, Store, StoreErrorKind, Token,
-};
+use idem_core::store::{Insert, NewRecord, State, Store, StoreErrorKind, Token};
+use idem_core::{Error, Fingerprint, Idempotent};
 use idem_faults::{postgres_url, redis_url, unique_name};
 
 /// Runs `execute` on a damaged key and checks it refuses without running.

@@ -3,7 +3,7 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
-use idem_core::validate_client_key;
+use idem_core::Key;
 use idem_http::stored::{self, Stored, Unreplayable};
 
 /// Decodes a stored response as a replay does, and encodes what it decoded
@@ -87,7 +87,7 @@ pub fn idempotency_key(data: &[u8]) {
         Ok(None) => panic!("a header that is present reads as absent"),
         Err(detail) => return assert!(!detail.is_empty()),
     };
-    assert_eq!(validate_client_key(&key), Ok(()));
+    assert_eq!(Key::validate_client_key(&key), Ok(()));
     // The key written back as an sf-string, or bare when the input was, is
     // the value it was read from, less the spaces around it.
     let raw = data.trim_ascii();

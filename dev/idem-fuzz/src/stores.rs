@@ -3,7 +3,8 @@
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_core::{Fingerprint, NewRecord, Record, State, StoreError, StoreErrorKind, Token};
+use idem_core::store::{NewRecord, Record, State, StoreError, StoreErrorKind, Token};
+use idem_core::Fingerprint;
 use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 

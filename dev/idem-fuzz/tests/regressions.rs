@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_core::State;
+use idem_core::store::State;
 use idem_fuzz::{sqlite_row, stored_response};
 use idem_sqlite::rusqlite::params;
 
@@ -45,7 +45,7 @@ fn a_stored_response_decodes_only_as_the_encoder_writes_it() {
 }
 
 /// Reads the row under "k" with `state` and `lease_until` at `now`.
-fn sqlite_record(state: i64, lease_until: Option<i64>) -> idem_core::Record {
+fn sqlite_record(state: i64, lease_until: Option<i64>) -> idem_core::store::Record {
     let conn = idem_sqlite::fuzzing::open().unwrap();
     conn.execute(
         "INSERT INTO idem_records (key, token, fingerprint, state, payload, lease_until, \
@@ -96,7 +96,7 @@ fn a_scheme_one_fingerprint_has_one_stored_form() {
     long.extend([9; 32]);
     assert_eq!(
         idem_core::Fingerprint::try_from(&long[..]),
-        Err(idem_core::ParseError::FirstSchemeWithByte)
+        Err(idem_core::store::ParseError::FirstSchemeWithByte)
     );
     let mut row = vec![16];
     row.extend([7; 16]);

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 use idem_http::Options;
 use idem_testing::{unique_name, Cleanup, StoreKind, TestStore};
 

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Insert, NewRecord, State, Store, Token};
+use idem_core::store::{Insert, NewRecord, State, Store, Token};
+use idem_core::Fingerprint;
 use tokio::sync::Barrier;
 
 /// A lease or retention that outlasts any test.

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use idem_core::Store;
+use idem_core::store::Store;
 pub use idem_stores::{Isolation, StoreKind, StoreUrl, UnknownStore};
 
 use crate::{unique_name, Cleanup, Server};

@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{
-    Begin, Fingerprint, Idempotent, Insert, NewRecord, Record, Store, StoreError, Token, Wakeups,
-};
+use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
+use idem_core::{Begin, Fingerprint, Idempotent};
 
 /// A waiter's polling in these scenarios: so long that only a wake-up
 /// brings the outcome within its deadline.

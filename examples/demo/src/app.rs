@@ -10,7 +10,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 use serde::Deserialize;
 use serde_json::json;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use idem_core::{Store, StoreError};
+use idem_core::store::{Store, StoreError};
 pub use idem_stores::StoreKind;
 use idem_stores::{StoreUrl, UnknownStore};
 

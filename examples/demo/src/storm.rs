@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use http::{header, StatusCode};
 use idem_client::{AttemptOutcome, IdemClient, RetryPolicy};
-use idem_core::Store;
+use idem_core::store::Store;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

@@ -126,7 +126,7 @@ pub enum WebhooksError {
     Queue(#[from] QueueError),
     /// The idempotency store or the effects table failed.
     #[error("store: {0}")]
-    Store(idem_core::StoreError),
+    Store(idem_core::store::StoreError),
     /// A socket, file or child process failed.
     #[error(transparent)]
     Io(std::io::Error),

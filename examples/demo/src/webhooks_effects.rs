@@ -10,7 +10,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use idem_core::{Error, Idempotent, StoreError};
+use idem_core::store::StoreError;
+use idem_core::{Error, Idempotent};
 use idem_inbox::worker::event_key;
 use idem_inbox::Event;
 use idem_postgres::PostgresStore;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::Store;
+use idem_core::store::Store;
 use idem_demo::{storm_in_process, Report, StormConfig};
 use idem_testing::{StoreKind, TestStore};
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Insert, Record, State, Store, Token};
+use idem_core::store::{Insert, Record, State, Store, Token};
 use tokio::time::Instant;
 
 use crate::support::{claim, final_record, fp, in_flight, key, live, ok, settled, LONG, RETENTION};

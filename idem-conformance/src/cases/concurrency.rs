@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Error, Insert, State, Token};
+use idem_core::store::{Insert, State, Token};
+use idem_core::Error;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use idem_core::{Fingerprint, Insert, Key, NewRecord, State, Token, MAX_KEY_LEN, MAX_SCOPE_LEN};
+use idem_core::store::{Insert, NewRecord, State, Token};
+use idem_core::{Fingerprint, Key};
 use tokio::task::JoinSet;
 
 use crate::support::{
@@ -18,7 +19,7 @@ const LARGE: usize = 4 * 1024 * 1024;
 
 /// Writes `payload` as the outcome under `key` and checks that `load` and
 /// a later `insert` both return it exactly.
-async fn round_trip(store: &dyn idem_core::Store, key: &str, state: State, payload: &[u8]) {
+async fn round_trip(store: &dyn idem_core::store::Store, key: &str, state: State, payload: &[u8]) {
     let token = Token::random();
     claim(store, key, &in_flight(token, fp(1), LONG)).await;
     let done = settled(token, fp(1), state, payload, RETENTION);
@@ -219,12 +220,15 @@ pub async fn keys_with_every_visible_ascii_character_are_kept_apart(factory: &dy
 pub async fn longest_keys_are_kept_apart(factory: &dyn Factory) {
     let fixture = factory.fixture().await;
     let store = fixture.store();
-    let namespace = format!("{NAMESPACE}{}", "n".repeat(MAX_SCOPE_LEN - NAMESPACE.len()));
+    let namespace = format!(
+        "{NAMESPACE}{}",
+        "n".repeat(Key::MAX_SCOPE_LEN - NAMESPACE.len())
+    );
     // 85 three-byte characters: exactly 255 bytes.
-    let scope = "日".repeat(MAX_SCOPE_LEN / 3);
-    let other_scope = format!("本{}", "日".repeat(MAX_SCOPE_LEN / 3 - 1));
-    let client = "k".repeat(MAX_KEY_LEN);
-    let other_client = format!("{}j", "k".repeat(MAX_KEY_LEN - 1));
+    let scope = "日".repeat(Key::MAX_SCOPE_LEN / 3);
+    let other_scope = format!("本{}", "日".repeat(Key::MAX_SCOPE_LEN / 3 - 1));
+    let client = "k".repeat(Key::MAX_CLIENT_KEY_LEN);
+    let other_client = format!("{}j", "k".repeat(Key::MAX_CLIENT_KEY_LEN - 1));
     let build = |scope: &str, client: &str| match Key::new(&namespace, scope, client) {
         Ok(key) => key.as_str().to_owned(),
         Err(e) => panic!("the kit built an invalid key: {e}"),

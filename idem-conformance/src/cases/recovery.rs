@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Begin, Error, Fingerprint, State};
+use idem_core::store::State;
+use idem_core::{Begin, Error, Fingerprint};
 use serde_json::json;
 use tokio::time::Instant;
 

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Error, NewRecord, State, Token};
+use idem_core::store::{NewRecord, State, Token};
+use idem_core::Error;
 use tokio::time::Instant;
 
 use crate::support::{claim, fp, idempotent, in_flight, key, live, ok, LONG, PATIENCE, POLL};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{State, Store, Token};
+use idem_core::store::{State, Store, Token};
 use tokio::time::Instant;
 
 use crate::support::{

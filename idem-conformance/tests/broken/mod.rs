@@ -8,7 +8,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::Fingerprint;
 use tokio::time::Instant;
 
 /// The bug a [`FlawedStore`] carries.

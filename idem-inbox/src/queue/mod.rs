@@ -27,7 +27,8 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Lease, PreparedClaim};
+use idem_core::store::PreparedClaim;
+use idem_core::Lease;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "postgres")]

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
-use idem_core::{Lease, PreparedClaim};
+use idem_core::store::PreparedClaim;
+use idem_core::Lease;
 use idem_postgres::PostgresStore;
 
 use super::{
@@ -646,7 +647,7 @@ impl SharedCommit for PostgresQueue {
     }
 }
 
-fn store_failed(e: idem_core::StoreError) -> QueueError {
+fn store_failed(e: idem_core::store::StoreError) -> QueueError {
     QueueError::Backend {
         backend: BACKEND,
         source: Box::new(e),

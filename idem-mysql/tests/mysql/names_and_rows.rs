@@ -2,7 +2,8 @@
 //! table come back as clear errors through `execute`, never as panics, and
 //! the damaged row is left as it was.
 
-use idem_core::{Error, Fingerprint, Idempotent, StoreErrorKind, When};
+use idem_core::store::StoreErrorKind;
+use idem_core::{Error, Fingerprint, Idempotent, When};
 use idem_mysql::sqlx::mysql::MySqlPoolOptions;
 use idem_mysql::{sqlx, MySqlStore};
 
@@ -147,7 +148,7 @@ async fn rows_that_do_not_decode_are_corrupt_errors_and_kept() {
             .execute(client_key, &(), || async { Ok::<u8, String>(1) })
             .await;
         assert_eq!(store_kind(outcome), StoreErrorKind::Corrupt, "{client_key}");
-        let loaded = idem_core::Store::load(&store, key.as_str())
+        let loaded = idem_core::store::Store::load(&store, key.as_str())
             .await
             .unwrap_err();
         assert_eq!(loaded.kind(), StoreErrorKind::Corrupt, "{client_key}");
@@ -203,15 +204,15 @@ async fn keys_differing_in_case_or_trailing_space_are_distinct() {
     }
     // Client keys are visible ASCII, so a trailing space reaches a store
     // only through the scope or namespace; the store must keep it.
-    let token = idem_core::Token::random();
+    let token = idem_core::store::Token::random();
     for key in ["pad", "pad "] {
-        let inserted = idem_core::Store::insert(
+        let inserted = idem_core::store::Store::insert(
             &store,
             key,
             &crate::in_flight(token, crate::MINUTE, crate::MINUTE),
         )
         .await
         .unwrap();
-        assert_eq!(inserted, idem_core::Insert::Inserted, "{key:?}");
+        assert_eq!(inserted, idem_core::store::Insert::Inserted, "{key:?}");
     }
 }

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Error, Fingerprint, Idempotent, StoreErrorKind, When};
+use idem_core::store::StoreErrorKind;
+use idem_core::{Error, Fingerprint, Idempotent, When};
 use idem_mysql::sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use idem_mysql::sqlx::{self, Connection, MySqlConnection};
 use idem_mysql::MySqlStore;
@@ -36,7 +37,7 @@ async fn connect_opens_a_pool_and_types_its_failures() {
         .acquire_timeout(Duration::from_millis(300))
         .connect_lazy("mysql://root@127.0.0.1:1/test")
         .unwrap();
-    let closed = idem_core::Store::load(&MySqlStore::from_pool(pool), "k")
+    let closed = idem_core::store::Store::load(&MySqlStore::from_pool(pool), "k")
         .await
         .unwrap_err();
     assert_eq!(closed.kind(), StoreErrorKind::Backend, "{closed}");
@@ -242,7 +243,10 @@ async fn a_connection_killed_mid_completion_keeps_the_key_claimed() {
         .await;
     assert!(matches!(again, Err(Error::InProgress { .. })), "{again:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let held = idem_core::Store::load(&store, &key).await.unwrap().unwrap();
+    let held = idem_core::store::Store::load(&store, &key)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(held.fingerprint, Fingerprint::of_json(&()).unwrap());
 }
 

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Error, Fingerprint, Idempotent, Insert, Store, Token};
+use idem_core::store::{Insert, Store, Token};
+use idem_core::{Error, Fingerprint, Idempotent};
 use idem_mysql::sqlx::{self, Connection, MySqlConnection};
 use idem_mysql::MySqlStore;
 use tokio::sync::Barrier;

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Begin, Error, Fingerprint, Idempotent, State, Store, StoreErrorKind};
+use idem_core::store::{State, Store, StoreErrorKind};
+use idem_core::{Begin, Error, Fingerprint, Idempotent};
 use idem_mysql::sqlx::{self, Connection, MySqlConnection};
 use idem_mysql::MySqlStore;
 

@@ -5,7 +5,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use idem_core::{Error, Idempotent, PreparedClaim, State, Store, StoreErrorKind};
+use idem_core::store::{PreparedClaim, State, Store, StoreErrorKind};
+use idem_core::{Error, Idempotent};
 use idem_postgres::sqlx::{self, Connection};
 use idem_postgres::PostgresStore;
 

@@ -1,7 +1,8 @@
 //! Table names are checked once; rows that do not decode and a missing
 //! table come back as clear errors through `execute`, never as panics.
 
-use idem_core::{Error, Idempotent, StoreErrorKind, When};
+use idem_core::store::StoreErrorKind;
+use idem_core::{Error, Idempotent, When};
 use idem_postgres::sqlx::postgres::PgPoolOptions;
 use idem_postgres::{sqlx, PostgresStore};
 
@@ -139,7 +140,7 @@ async fn rows_that_do_not_decode_are_corrupt_errors() {
             .execute(client_key, &(), || async { Ok::<u8, String>(1) })
             .await;
         assert_eq!(store_kind(outcome), StoreErrorKind::Corrupt, "{client_key}");
-        let loaded = idem_core::Store::load(&store, key.as_str())
+        let loaded = idem_core::store::Store::load(&store, key.as_str())
             .await
             .unwrap_err();
         assert_eq!(loaded.kind(), StoreErrorKind::Corrupt, "{client_key}");

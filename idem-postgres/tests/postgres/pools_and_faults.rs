@@ -4,7 +4,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use idem_core::{Error, Idempotent, StoreErrorKind, When};
+use idem_core::store::StoreErrorKind;
+use idem_core::{Error, Idempotent, When};
 use idem_postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use idem_postgres::sqlx::{self, Connection, PgConnection};
 use idem_postgres::PostgresStore;
@@ -35,7 +36,7 @@ async fn connect_opens_a_pool_and_types_its_failures() {
         .acquire_timeout(Duration::from_millis(300))
         .connect_lazy("postgres://root@127.0.0.1:1/test")
         .unwrap();
-    let closed = idem_core::Store::load(&PostgresStore::from_pool(pool), "k")
+    let closed = idem_core::store::Store::load(&PostgresStore::from_pool(pool), "k")
         .await
         .unwrap_err();
     assert_eq!(closed.kind(), StoreErrorKind::Backend, "{closed}");

@@ -2,7 +2,7 @@
 //! size from the deadline index however many records have expired and
 //! whatever the planner's statistics say.
 
-use idem_core::Store;
+use idem_core::store::Store;
 use idem_postgres::sqlx;
 
 use crate::support;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Insert, Store, Token};
+use idem_core::store::{Insert, Store, Token};
 use idem_postgres::sqlx::{self, Connection, PgConnection};
 use idem_testing::races;
 

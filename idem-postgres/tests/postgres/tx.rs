@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Begin, Error, Fingerprint, Idempotent, State, Store, StoreErrorKind};
+use idem_core::store::{State, Store, StoreErrorKind};
+use idem_core::{Begin, Error, Fingerprint, Idempotent};
 use idem_postgres::sqlx::{self, Connection, PgConnection};
 use idem_postgres::PostgresStore;
 

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use idem_core::{Begin, Fingerprint, Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::{Begin, Fingerprint, Idempotent};
 use idem_postgres::sqlx::{self, Connection};
 use idem_postgres::PostgresStore;
 use idem_testing::waiting::{self, CountingStore, NO_POLLING, WAIT, WOKEN};

@@ -4,7 +4,8 @@
 
 use crate::support;
 
-use idem_core::{Fingerprint, Idempotent, NewRecord, State, Store, Token};
+use idem_core::store::{NewRecord, State, Store, Token};
+use idem_core::{Fingerprint, Idempotent};
 use idem_redis::redis::AsyncCommands;
 use idem_redis::RedisStore;
 use idem_testing::legacy;

@@ -7,7 +7,8 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use idem_core::{Error, Fingerprint, NewRecord, State, Store, StoreErrorKind, Token, When};
+use idem_core::store::{NewRecord, State, Store, StoreErrorKind, Token};
+use idem_core::{Error, Fingerprint, When};
 use idem_redis::redis::AsyncCommands;
 use idem_redis::RedisStore;
 use serde_json::json;
@@ -73,7 +74,7 @@ fn in_flight(token: Token) -> NewRecord<'static> {
     }
 }
 
-fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, idem_core::StoreError>, what: &str) {
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, idem_core::store::StoreError>, what: &str) {
     match result {
         Err(error) => assert_eq!(error.kind(), StoreErrorKind::Corrupt, "{what}: {error}"),
         Ok(value) => panic!("{what}: accepted a foreign value and returned {value:?}"),
@@ -203,7 +204,11 @@ async fn a_resent_call_whose_first_attempt_was_applied_still_succeeds() {
     };
     for attempt in ["first", "resent"] {
         let inserted = s.store.insert("k", &claim).await.unwrap();
-        assert_eq!(inserted, idem_core::Insert::Inserted, "{attempt} insert");
+        assert_eq!(
+            inserted,
+            idem_core::store::Insert::Inserted,
+            "{attempt} insert"
+        );
     }
     let lapsed = NewRecord {
         lease: Some(Duration::ZERO),

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Insert, NewRecord, State, Token};
+use idem_core::store::{Insert, NewRecord, State, Token};
+use idem_core::Fingerprint;
 use tokio::sync::oneshot;
 
 use super::{Job, Setting, Settings, Writer};
@@ -24,7 +25,7 @@ fn writer() -> Writer {
     Writer::new(
         conn,
         settings,
-        std::sync::Arc::new(idem_core::Wakeups::new()),
+        std::sync::Arc::new(idem_core::store::Wakeups::new()),
     )
 }
 
@@ -279,7 +280,7 @@ fn memory_mapping_is_off_until_asked_for() {
     let mut writer = Writer::new(
         conn,
         settings,
-        std::sync::Arc::new(idem_core::Wakeups::new()),
+        std::sync::Arc::new(idem_core::store::Wakeups::new()),
     );
     let mapped = |writer: &Writer| -> i64 {
         writer

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Idempotent, Insert, State, Store, Token};
+use idem_core::store::{Insert, State, Store, Token};
+use idem_core::Idempotent;
 use idem_sqlite::SqliteStore;
 
 use crate::support::{fresh, in_flight};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Insert, Store, Token};
+use idem_core::store::{Insert, Store, Token};
 use idem_sqlite::SqliteStore;
 
 use crate::support::{completed, fresh, in_flight};

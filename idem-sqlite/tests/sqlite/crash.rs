@@ -15,7 +15,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use idem_core::{Idempotent, State, Store};
+use idem_core::store::{State, Store};
+use idem_core::Idempotent;
 use idem_sqlite::rusqlite::Connection;
 use idem_sqlite::{SqliteStore, Synchronous};
 

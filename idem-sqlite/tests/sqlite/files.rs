@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::{Insert, Store, StoreErrorKind, Token};
+use idem_core::store::{Insert, Store, StoreErrorKind, Token};
 use idem_sqlite::rusqlite::{params, Connection};
 use idem_sqlite::SqliteStore;
 
@@ -11,7 +11,7 @@ use crate::support::{completed, fresh, in_flight};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-async fn refusal(path: &std::path::Path) -> idem_core::StoreError {
+async fn refusal(path: &std::path::Path) -> idem_core::store::StoreError {
     SqliteStore::open(path)
         .await
         .expect_err("the file must be refused")

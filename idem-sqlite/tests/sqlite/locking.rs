@@ -4,7 +4,7 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use idem_core::{Insert, Store, StoreErrorKind, Token};
+use idem_core::store::{Insert, Store, StoreErrorKind, Token};
 use idem_sqlite::rusqlite::Connection;
 use idem_sqlite::{SqliteStore, DEFAULT_BUSY_TIMEOUT};
 

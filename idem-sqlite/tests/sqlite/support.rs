@@ -8,7 +8,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use idem_core::{Fingerprint, NewRecord, State, Token};
+use idem_core::store::{NewRecord, State, Token};
+use idem_core::Fingerprint;
 use idem_sqlite::SqliteStore;
 use tempfile::TempDir;
 

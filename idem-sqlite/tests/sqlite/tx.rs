@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Begin, Error, Fingerprint, Idempotent, State, Store};
+use idem_core::store::{State, Store};
+use idem_core::{Begin, Error, Fingerprint, Idempotent};
 use idem_sqlite::{Settle, SqliteStore};
 use rusqlite::Connection;
 use tempfile::TempDir;

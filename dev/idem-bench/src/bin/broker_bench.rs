@@ -38,7 +38,8 @@ use idem_broker::{
     amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, ConsumerConfig,
     Delivery, Message, Source,
 };
-use idem_core::{Idempotent, Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::Idempotent;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::Store;
+use idem_core::store::Store;
 use tokio::task::JoinSet;
 
 use crate::runner::{Outcome, Protocol, Tally};
@@ -71,7 +71,7 @@ impl PurgeCounts {
 }
 
 /// Runs `spawn_purger`'s loop (every `every`, batches of `batch` —
-/// [`PURGE_BATCH`](idem_core::PURGE_BATCH) unless the run says otherwise —
+/// [`PURGE_BATCH`](idem_core::store::PURGE_BATCH) unless the run says otherwise —
 /// until one comes back short) while `counts` is switched on, timing each
 /// call: the library's purger with counters the harness can read.
 pub(crate) fn spawn_counting_purger(

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Insert, MemoryStore, NewRecord, Record, Store, Token};
+use idem_core::store::{Insert, NewRecord, Record, Store, Token};
+use idem_core::MemoryStore;
 use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_redis::RedisStore;
@@ -71,7 +72,7 @@ pub(crate) trait Target: Send + Sync {
     /// The `limit` for clearing a backlog of expired records between
     /// measured runs.
     fn clearing_batch(&self) -> usize {
-        idem_core::PURGE_BATCH
+        idem_core::store::PURGE_BATCH
     }
 }
 

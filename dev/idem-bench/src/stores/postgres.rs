@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Fingerprint, Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::{Fingerprint, Idempotent};
 use idem_postgres::{raw, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
 use tokio::sync::Mutex;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 use idem_redis::raw::{RawClaim, RawProtocol};
 use idem_redis::RedisStore;
 use redis::aio::{ConnectionManager, MultiplexedConnection};

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::{Idempotent, Store};
+use idem_core::store::Store;
+use idem_core::Idempotent;
 use idem_sqlite::SqliteStore;
 use tempfile::TempDir;
 

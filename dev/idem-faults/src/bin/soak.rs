@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use idem_conformance::{soak, Fixture, Interleavings, Soak};
-use idem_core::{MemoryStore, Store};
+use idem_core::store::Store;
+use idem_core::MemoryStore;
 use idem_faults::unique_name;
 use idem_redis::redis;
 use idem_testing::{StoreKind, TestStore};

@@ -100,7 +100,7 @@ fn main() {
                 std::process::exit(2);
             }
         };
-        let store: Arc<dyn idem_core::Store> = match &sql {
+        let store: Arc<dyn idem_core::store::Store> = match &sql {
             Sql::Postgres(store) => Arc::new(store.clone()),
             Sql::Sqlite(store) => Arc::new(store.clone()),
         };

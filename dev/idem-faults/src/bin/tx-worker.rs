@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::{Error, Idempotent, Started};
+use idem_core::{BeginJson, Error, Idempotent};
 use idem_faults::Backend;
 use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
@@ -78,7 +78,7 @@ fn main() {
                 std::process::exit(2);
             }
         };
-        let store: Arc<dyn idem_core::Store> = match &sql {
+        let store: Arc<dyn idem_core::store::Store> = match &sql {
             Sql::Postgres(store) => Arc::new(store.clone()),
             Sql::Maria(store) => Arc::new(store.clone()),
             Sql::Sqlite(store) => Arc::new(store.clone()),
@@ -102,8 +102,8 @@ async fn run(idem: &Idempotent, sql: &Sql, point: &str, key: &str, charges: &str
             .begin_json::<_, String, std::convert::Infallible>(key, key)
             .await
         {
-            Ok(Started::Run(lease)) => break lease,
-            Ok(Started::Replayed(value)) => return ack(key, &value, "replayed"),
+            Ok(BeginJson::Run(lease)) => break lease,
+            Ok(BeginJson::Replayed(value)) => return ack(key, &value, "replayed"),
             Err(Error::InProgress { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(error) => return println!("error {key} {error}"),
         }

@@ -7,10 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{
-    Begin, Fingerprint, Insert, MemoryStore, NewRecord, Record, State as RecordState, Store,
-    StoreError, Token,
-};
+use idem_core::store::{Insert, NewRecord, Record, State as RecordState, Store, StoreError, Token};
+use idem_core::{Begin, Fingerprint, MemoryStore};
 use idem_http::Options;
 use idem_http_suite::{
     eventually, on_every_adapter_and_backend, post, problem, Adapter, Backend, ADAPTERS, BIG_BODY,

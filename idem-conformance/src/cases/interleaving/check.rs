@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use idem_core::{Fingerprint, Record, State, Token};
+use idem_core::store::{Record, State, Token};
+use idem_core::Fingerprint;
 use serde_json::Value;
 use tokio::time::Instant;
 

@@ -4,7 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use idem_core::{Begin, Error, Fingerprint, Idempotent, Record, State, Store};
+use idem_core::store::{Record, State, Store};
+use idem_core::{Begin, Error, Fingerprint, Idempotent};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -371,7 +372,8 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use idem_core::{Insert, MemoryStore, NewRecord, Record, Store, StoreError, Token};
+    use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
+    use idem_core::MemoryStore;
 
     use super::super::schedule::{Act, Caller, Schedule};
     use crate::settings::Interleavings;

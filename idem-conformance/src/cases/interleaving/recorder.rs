@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::{Fingerprint, Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::Fingerprint;
 use tokio::time::Instant;
 
 tokio::task_local! {

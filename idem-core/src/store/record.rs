@@ -163,7 +163,7 @@ pub struct Record {
     pub lease_remaining: Option<Duration>,
     /// The retention time left; always above zero for a record a store
     /// returns, since a record past retention is absent. For a settled
-    /// record found by [`Store::insert`](crate::Store::insert) a store may
+    /// record found by [`Store::insert`](crate::store::Store::insert) a store may
     /// report a lower bound instead (see the store contract's *Time*).
     pub retention_remaining: Duration,
 }

@@ -12,7 +12,8 @@ use std::pin::Pin;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{Begin, Error, Fingerprint, Idempotent, Lease, State, StoreError, When};
+use crate::store::{State, StoreError};
+use crate::{Begin, Error, Fingerprint, Idempotent, Lease, When};
 
 /// The future a transactional work closure returns: boxed, because it
 /// borrows the transaction's connection (the shape of sqlx's own
@@ -154,7 +155,7 @@ impl Idempotent {
         &self,
         key: &str,
         body: &B,
-    ) -> Result<crate::Started<T>, Error<E>>
+    ) -> Result<crate::BeginJson<T>, Error<E>>
     where
         B: Serialize + Sync + ?Sized,
         T: DeserializeOwned,
@@ -168,7 +169,7 @@ impl Idempotent {
         key: &str,
         body: &B,
         replay_failure: impl FnOnce(&[u8]) -> Error<E> + Send,
-    ) -> Result<crate::Started<T>, Error<E>>
+    ) -> Result<crate::BeginJson<T>, Error<E>>
     where
         B: Serialize + Sync + ?Sized,
         T: DeserializeOwned,
@@ -176,12 +177,12 @@ impl Idempotent {
         let key = self.key(key).map_err(Error::into_work_error)?;
         let fingerprint = Fingerprint::of_json(body).map_err(Error::Encode)?;
         match self.begin_key(key, fingerprint.into()).await {
-            Ok(Begin::Run(lease)) => Ok(crate::Started::Run(lease)),
+            Ok(Begin::Run(lease)) => Ok(crate::BeginJson::Run(lease)),
             Ok(Begin::Replay(replay)) if replay.is_failure() => {
                 Err(replay_failure(replay.payload()))
             }
             Ok(Begin::Replay(replay)) => serde_json::from_slice(replay.payload())
-                .map(crate::Started::Replayed)
+                .map(crate::BeginJson::Replayed)
                 .map_err(Error::Decode),
             Err(error) => Err(error.into_work_error()),
         }
@@ -206,8 +207,8 @@ impl Idempotent {
         F: for<'c> FnOnce(&'c mut X::Conn) -> TxFuture<'c, Result<T, E>> + Send,
     {
         let lease = match self.claim(key, body, replay_failure).await? {
-            crate::Started::Run(lease) => lease,
-            crate::Started::Replayed(value) => return Ok(value),
+            crate::BeginJson::Run(lease) => lease,
+            crate::BeginJson::Replayed(value) => return Ok(value),
         };
         let mut tx = match open().await {
             Ok(tx) => tx,

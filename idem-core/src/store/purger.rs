@@ -6,7 +6,7 @@ use std::time::Duration;
 use metrics::{Label, SharedString};
 use tokio::task::JoinHandle;
 
-use crate::Store;
+use crate::store::Store;
 
 /// How many records one purge call deletes at most; the purger calls again
 /// at once while a call deletes this many.
@@ -28,7 +28,7 @@ pub const PURGE_BATCH: usize = 1000;
 /// purge is retried at the next tick: expired records are absent to every
 /// method anyway, so a late purge only costs space.
 pub fn spawn_purger(store: Arc<dyn Store>, every: Duration) -> JoinHandle<()> {
-    let every = every.max(crate::clamp::SHORTEST);
+    let every = every.max(crate::store::clamp::SHORTEST);
     let labels = vec![Label::new(
         "store",
         SharedString::from(crate::observe::store_name(&*store)),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
 /// The keys waiters are watching, and the means to wake them: the optional
-/// capability a store offers through [`Store::wakeups`](crate::Store::wakeups).
+/// capability a store offers through [`Store::wakeups`](crate::store::Store::wakeups).
 ///
 /// A store that offers it calls [`wake`](Wakeups::wake) with the storage
 /// key once a completion, a failure or a release of that key has taken
