@@ -215,8 +215,3 @@ pub use memory::MemoryStore;
 pub use steps::durable::Durable;
 pub use steps::step::Steps;
 pub use steps::StepsError;
-
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;

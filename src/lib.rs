@@ -1,0 +1,91 @@
+//! Make any side effect safe to retry: run work once per idempotency key and
+//! replay its recorded outcome to every retry.
+//!
+//! This is the front door: [`idem-core`](idem_core)'s API at the root, and
+//! each store and adapter behind a feature of the same name.
+//!
+//! ```toml
+//! idem = { version = "0.1", features = ["redis", "tower"] }
+//! ```
+//!
+//! ```
+//! use idem::{Error, Idempotent};
+//! use idem::sqlite::SqliteStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("idem.db");
+//! let idem = Idempotent::new(SqliteStore::open(&path).await?); // created if absent
+//! let order = serde_json::json!({"amount": 1250, "currency": "EUR"});
+//! let charge = || async { Ok::<_, String>("ch_1".to_owned()) };
+//!
+//! let first: Result<String, Error<String>> = idem.execute("order-7f3a", &order, charge).await;
+//! let retry: Result<String, Error<String>> = idem.execute("order-7f3a", &order, charge).await;
+//! assert_eq!(first?, retry?); // the retry is replayed; the work ran once
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! | feature | module | what it adds |
+//! |---|---|---|
+//! | `sqlite` (default) | `idem::sqlite` | the embedded SQLite store |
+//! | `redis` | `idem::redis` | the Redis and Redis Cluster store |
+//! | `postgres` | `idem::postgres` | the PostgreSQL store |
+//! | `mysql` | `idem::mysql` | the MariaDB and MySQL store |
+//! | `stores` | `idem::stores` | every store by name and URL |
+//! | `http` | `idem::http` | the Idempotency-Key protocol without a framework |
+//! | `tower` | `idem::tower` | middleware for tower, axum and hyper |
+//! | `actix` | `idem::actix` | middleware for actix-web |
+//! | `client` | `idem::client` | the retrying reqwest client |
+//! | `inbox`, `inbox-postgres`, `inbox-actix` | `idem::inbox` | the webhook inbox and its queues |
+//! | `nats`, `amqp`, `redis-streams` | `idem::broker` | idempotent broker consumers |
+//! | `conformance` | `idem::conformance` | the kit that proves a store of your own |
+//!
+//! Each module is the crate of the same name (`idem::redis` is
+//! `idem-redis`); depending on those crates directly works as well.
+#![forbid(unsafe_code)]
+
+pub use idem_core::*;
+
+#[cfg(feature = "actix")]
+#[doc(inline)]
+pub use idem_actix as actix;
+#[cfg(any(feature = "nats", feature = "amqp", feature = "redis-streams"))]
+#[doc(inline)]
+pub use idem_broker as broker;
+#[cfg(feature = "client")]
+#[doc(inline)]
+pub use idem_client as client;
+#[cfg(feature = "conformance")]
+#[doc(inline)]
+pub use idem_conformance as conformance;
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use idem_http as http;
+#[cfg(feature = "inbox")]
+#[doc(inline)]
+pub use idem_inbox as inbox;
+#[cfg(feature = "mysql")]
+#[doc(inline)]
+pub use idem_mysql as mysql;
+#[cfg(feature = "postgres")]
+#[doc(inline)]
+pub use idem_postgres as postgres;
+#[cfg(feature = "redis")]
+#[doc(inline)]
+pub use idem_redis as redis;
+#[cfg(feature = "sqlite")]
+#[doc(inline)]
+pub use idem_sqlite as sqlite;
+#[cfg(feature = "stores")]
+#[doc(inline)]
+pub use idem_stores as stores;
+#[cfg(feature = "tower")]
+#[doc(inline)]
+pub use idem_tower as tower;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
