@@ -184,6 +184,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod inspect;
+mod row;
 mod schema;
 mod store;
 mod tx;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use crate::error::micros;
+use crate::row::micros;
 use crate::MySqlStore;
 
 /// What the bare claim statement returned.

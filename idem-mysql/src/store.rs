@@ -9,7 +9,8 @@ use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
 use sqlx::mysql::{MySql, MySqlArguments, MySqlPool};
 use sqlx::query::Query;
 
-use crate::error::{error, is_deadlock, micros, record};
+use crate::error::{error, is_deadlock};
+use crate::row::{micros, record};
 use crate::schema::{Statements, TableName};
 
 /// How many times a statement that lost a deadlock is run again before the
@@ -191,7 +192,7 @@ impl Store for MySqlStore {
             bind_record(sqlx::query(&self.sql.insert).bind(key), record).fetch_one(&self.pool)
         })
         .await?;
-        let found = crate::error::record(&row)?;
+        let found = crate::row::record(&row)?;
         // Tokens are random 128-bit values: the row carries the caller's
         // own token exactly when this statement wrote it.
         if found.token == record.token {

@@ -15,10 +15,10 @@ pub fn decode_columns(
     lease_left: Option<i64>,
     retain_left: i64,
 ) -> Result<Record, StoreError> {
-    crate::error::columns(token, fingerprint, state, payload, lease_left, retain_left)
+    crate::row::columns(token, fingerprint, state, payload, lease_left, retain_left)
 }
 
 /// A duration in the whole microseconds the store binds it as.
 pub fn micros(duration: Duration) -> i64 {
-    crate::error::interval(duration).microseconds
+    crate::row::interval(duration).microseconds
 }

@@ -5,7 +5,8 @@ use idem_core::inspect::{page_limit, Inspect, Listed, Listing, Page, Stats};
 use idem_core::store::StoreError;
 use sqlx::Row;
 
-use crate::error::{error, record};
+use crate::error::error;
+use crate::row::record;
 use crate::PostgresStore;
 
 // The clock and the remaining-time columns exactly as the store's own

@@ -158,6 +158,7 @@ mod error;
 pub mod fuzzing;
 mod inspect;
 mod notify;
+mod row;
 mod schema;
 mod steps;
 mod store;

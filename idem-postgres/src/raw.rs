@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use crate::error::interval;
+use crate::row::interval;
 use crate::PostgresStore;
 
 /// What the bare claim statement returned.

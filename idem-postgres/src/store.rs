@@ -9,8 +9,9 @@ use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, Postgres};
 use sqlx::query::Query;
 use sqlx::Row;
 
-use crate::error::{error, interval, record};
+use crate::error::error;
 use crate::notify::Listener;
+use crate::row::{interval, record};
 use crate::schema::{Statements, TableName};
 
 /// Idempotency records in one PostgreSQL table, on a sqlx pool.
@@ -218,7 +219,7 @@ impl Store for PostgresStore {
         if inserted {
             Ok(Insert::Inserted)
         } else {
-            Ok(Insert::Found(crate::error::record(&row, 1)?))
+            Ok(Insert::Found(crate::row::record(&row, 1)?))
         }
     }
 
