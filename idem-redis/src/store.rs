@@ -1,16 +1,19 @@
-//! `RedisStore`: construction and options.
+//! `RedisStore`: construction, options and its `Store` methods.
 
 use std::fmt;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClient;
-use redis::IntoConnectionInfo;
+use redis::{IntoConnectionInfo, Value};
 
-use idem_core::store::StoreError;
+use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
 
-use crate::connection::Shared;
-use crate::record::BACKEND;
+use crate::connection::{command, Shared};
+use crate::error::{failed, unexpected};
+use crate::ops::{claim_command, SETTLED_FOUND_PTTL};
+use crate::record::{self, Encoded, BACKEND};
 use crate::scripts::SCRIPTS;
 use crate::wake::Subscriber;
 
@@ -251,4 +254,95 @@ impl RedisStore {
 
 fn config(error: redis::RedisError) -> StoreError {
     StoreError::config(BACKEND, error)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        let key = self.redis_key(key);
+        let encoded = Encoded::new(record);
+        let reply = self
+            .connection
+            .query(&claim_command(&key, &encoded))
+            .await
+            .map_err(|e| failed(&key, e))?;
+        let found = match reply {
+            Value::Nil => return Ok(Insert::Inserted),
+            Value::BulkString(value) => record::decode(&key, value, SETTLED_FOUND_PTTL)?,
+            other => return Err(unexpected(other)),
+        };
+        let found = if found.state == State::InFlight && found.token != record.token {
+            // Its lease left decides between waiting and taking over: claim
+            // again with the key's `PTTL` in one transaction.
+            match self
+                .read_with_ttl(&key, claim_command(&key, &encoded))
+                .await?
+            {
+                None => return Ok(Insert::Inserted),
+                Some(found) => found,
+            }
+        } else {
+            found
+        };
+        Ok(if found.token == record.token {
+            // Only this call holds its new token: finding it means a resent
+            // request (a cluster client resends after a timeout) found what
+            // its first attempt inserted.
+            Insert::Inserted
+        } else {
+            Insert::Found(found)
+        })
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let key = self.redis_key(key);
+        // Renewals publish nothing: only an outcome wakes waiters.
+        let publish = self
+            .channel
+            .as_deref()
+            .filter(|_| record.state != State::InFlight);
+        self.compare_and_set(&SCRIPTS.swap, &key, Some(record), expected, publish)
+            .await
+    }
+
+    async fn take_over(
+        &self,
+        key: &str,
+        expected: Token,
+        record: &NewRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let key = self.redis_key(key);
+        self.compare_and_set(&SCRIPTS.take_over, &key, Some(record), expected, None)
+            .await
+    }
+
+    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
+        let key = self.redis_key(key);
+        let publish = self.channel.as_deref();
+        self.compare_and_set(&SCRIPTS.remove, &key, None, expected, publish)
+            .await
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let key = self.redis_key(key);
+        let mut get = command("GET", 1, key.len());
+        get.arg(&key);
+        self.read_with_ttl(&key, get).await
+    }
+
+    /// Always `Ok(0)`: every record's key carries its retention as a Redis
+    /// expiry, so Redis deletes expired records itself and a scan would
+    /// find nothing to do.
+    async fn purge_expired(&self, _limit: usize) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
+    fn wakeups(&self) -> Option<std::sync::Arc<idem_core::store::Wakeups>> {
+        self.wake_ups()
+    }
 }
