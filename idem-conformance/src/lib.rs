@@ -1,7 +1,7 @@
 //! The conformance kit that proves an idem [`Store`](idem_core::store::Store)
 //! correct, with generated concurrent interleavings.
 //!
-#![doc = include_str!("../README.md")]
+#![doc = include_str!("../GUIDE.md")]
 #![forbid(unsafe_code)]
 
 pub mod cases;
