@@ -28,6 +28,5 @@
 
 mod body;
 mod middleware;
-mod uncancelled;
 
 pub use middleware::{IdempotencyMiddleware, IdempotencyService};

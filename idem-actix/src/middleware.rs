@@ -16,10 +16,9 @@ use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use idem_core::store::Store;
 use idem_core::Idempotent;
-use idem_http::{lazy_fingerprint, Admission, Options, Problem, Reply};
+use idem_http::{lazy_fingerprint, Admission, Options, Panicked, Problem, Reply, Uncancelled};
 
 use crate::body::Body;
-use crate::uncancelled::{Panicked, Uncancelled};
 
 type ScopeFn = dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync;
 
@@ -190,19 +189,22 @@ where
     // cancel the handler or its recording. The exchange runs in this
     // future, and goes on in a local task if this future is dropped before
     // it is done.
-    let exchange = Uncancelled::new(async move {
-        let handler = || async move {
-            let request = to_handler.borrow_mut().take();
-            let request = request.ok_or_else(|| internal("the request was already handled"))?;
-            let (request, response) = inner.call(request).await?.into_parts();
-            *from_handler.borrow_mut() = Some(request);
-            Ok::<_, actix_web::Error>(to_http(response.map_into_boxed_body()))
-        };
-        config
-            .options
-            .exchange_waiting(&idem, &key, fingerprint, wait, handler)
-            .await
-    });
+    let exchange = Uncancelled::new(
+        async move {
+            let handler = || async move {
+                let request = to_handler.borrow_mut().take();
+                let request = request.ok_or_else(|| internal("the request was already handled"))?;
+                let (request, response) = inner.call(request).await?.into_parts();
+                *from_handler.borrow_mut() = Some(request);
+                Ok::<_, actix_web::Error>(to_http(response.map_into_boxed_body()))
+            };
+            config
+                .options
+                .exchange_waiting(&idem, &key, fingerprint, wait, handler)
+                .await
+        },
+        finish_locally,
+    );
     let response = match exchange.await {
         Ok(Ok(Reply::Whole(response))) => from_http(response.map(BoxBody::new)),
         Ok(Ok(Reply::Handler(response))) => from_http(response.map(|body| body.0)),
@@ -221,6 +223,32 @@ where
     match request {
         Some(request) => Ok(ServiceResponse::new(request, response)),
         None => Err(internal("the request was lost")),
+    }
+}
+
+/// Finishes what is left of a dropped exchange in a local task
+/// (`actix_web::rt::spawn`) on the worker it ran on, which needs no `Send`.
+/// A spawn that cannot happen is logged rather than a panic in a
+/// destructor; the key then stays claimed until its lease lapses.
+fn finish_locally<F>(rest: Pin<Box<F>>)
+where
+    F: Future + 'static,
+{
+    if std::thread::panicking() {
+        // Spawning could panic again, which aborts; the key stays
+        // claimed until its lease lapses.
+        tracing::error!("an exchange was dropped while its thread unwinds; its key stays claimed until its lease lapses");
+        return;
+    }
+    // actix-web drops a request's future on the worker that ran it,
+    // inside its local task set; a runtime shutting down may not be
+    // able to take a task any more, and that must not become a panic
+    // in a destructor.
+    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(actix_web::rt::spawn(rest));
+    }));
+    if spawned.is_err() {
+        tracing::error!("an exchange was dropped outside the actix runtime; its key stays claimed until its lease lapses");
     }
 }
 
@@ -285,4 +313,47 @@ fn from_http(response: http::Response<BoxBody>) -> HttpResponse<BoxBody> {
 
 fn reply(request: &HttpRequest, response: http::Response<Bytes>) -> ServiceResponse<BoxBody> {
     ServiceResponse::new(request.clone(), from_http(response.map(BoxBody::new)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use super::*;
+
+    #[actix_web::test]
+    async fn a_dropped_exchange_finishes_in_a_local_task() {
+        // An `Rc` keeps the exchange from being `Send`, as actix's are.
+        let finished = Rc::new(Cell::new(false));
+        let (gate, wait) = tokio::sync::oneshot::channel::<()>();
+        let (done, ended) = tokio::sync::oneshot::channel::<()>();
+        let flag = Rc::clone(&finished);
+        let rest = async move {
+            let _ = wait.await;
+            flag.set(true);
+            let _ = done.send(());
+        };
+        let mut exchange = Uncancelled::new(rest, finish_locally);
+        assert!(poll_once(&mut exchange).is_pending());
+        drop(exchange);
+        gate.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), ended)
+            .await
+            .expect("the dropped exchange finished in a local task")
+            .unwrap();
+        assert!(finished.get());
+    }
+
+    #[test]
+    fn an_exchange_dropped_outside_the_runtime_is_not_a_panic() {
+        let mut exchange = Uncancelled::new(std::future::pending::<()>(), finish_locally);
+        assert!(poll_once(&mut exchange).is_pending());
+        drop(exchange);
+    }
+
+    fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+        Pin::new(future).poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
 }

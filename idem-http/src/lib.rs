@@ -73,6 +73,7 @@ mod prefer;
 mod problem;
 pub mod stored;
 mod transcode;
+mod uncancelled;
 
 pub use http;
 
@@ -85,3 +86,4 @@ pub use options::{Options, DEFAULT_MAX_WAIT};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
 pub use stored::REPLAYED;
+pub use uncancelled::{Panicked, Uncancelled};

@@ -26,7 +26,6 @@
 mod body;
 mod layer;
 mod service;
-mod uncancelled;
 
 pub use body::{BoxError, RequestBody, ResponseBody};
 pub use idem_http::Options;

@@ -11,12 +11,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idem_http::{lazy_fingerprint, Admission, Problem, Reply};
+use idem_http::{lazy_fingerprint, Admission, Panicked, Problem, Reply, Uncancelled};
 use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
 use crate::layer::Config;
-use crate::uncancelled::{Panicked, Uncancelled};
 
 /// The future an [`IdempotencyService`] returns. It is `Send`.
 pub type ResponseFuture<E> =
@@ -123,8 +122,8 @@ where
     // while the claim is in flight must not leave a claimed key that nobody
     // will run or release, and one that hangs up mid-handler must not
     // cancel the handler or its recording. The exchange runs in this
-    // future, and goes on in a task of its own if this future is dropped
-    // before it is done.
+    // future, and goes on in a task of its own on the request's runtime if
+    // this future is dropped before it is done.
     let exchange = Uncancelled::new(
         async move {
             let reply = config
@@ -139,7 +138,7 @@ where
                 _ => problem_response(Problem::Internal("unknown reply")),
             })
         },
-        runtime,
+        move |rest| drop(runtime.spawn(rest)),
     );
     match exchange.await {
         Ok(result) => result,
