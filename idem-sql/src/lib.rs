@@ -1,4 +1,6 @@
-//! What idem's SQL stores share, written once: table names checked and
+//! An internal of the idem SQL stores, exempt from semver.
+//!
+//! What the stores share, written once: table names checked and
 //! quoted ([`TableName`]), durations as whole microseconds ([`micros`]),
 //! a row's columns decoded into a [`Record`](idem_core::store::Record)
 //! ([`record`]), driver errors typed ([`store_error`]), and transactions
