@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
-use rand::Rng;
+use idem_core::backoff::Backoff;
 
 /// How hard one logical request is retried.
 ///
@@ -16,16 +16,16 @@ use rand::Rng;
 /// `max_elapsed`.
 ///
 /// Between attempts it waits a full-jitter backoff, a uniformly random time
-/// in `[0, min(max_backoff, base × 2^(attempt-1))]` (the AWS "full jitter"
-/// scheme, which spreads a crowd of retrying clients the most), or what the
-/// server's `Retry-After` asks, capped at
-/// [`retry_after_cap`](Self::with_retry_after_cap), whichever is longer.
+/// in `[0, min(max_backoff, base × 2^(attempt-1))]` (the core's
+/// [`Backoff`], the AWS "full jitter" scheme, which spreads a crowd of
+/// retrying clients the most), or what the server's `Retry-After` asks,
+/// capped at [`retry_after_cap`](Self::with_retry_after_cap), whichever is
+/// longer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     pub(crate) max_attempts: u32,
     pub(crate) max_elapsed: Duration,
-    pub(crate) base: Duration,
-    pub(crate) max_backoff: Duration,
+    pub(crate) backoff: Backoff,
     pub(crate) retry_after_cap: Duration,
     pub(crate) attempt_timeout: Duration,
 }
@@ -37,8 +37,7 @@ impl Default for RetryPolicy {
         RetryPolicy {
             max_attempts: 5,
             max_elapsed: Duration::from_secs(30),
-            base: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
             retry_after_cap: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(10),
         }
@@ -65,8 +64,7 @@ impl RetryPolicy {
 
     /// The backoff's first ceiling and its largest one.
     pub fn with_backoff(mut self, base: Duration, max: Duration) -> RetryPolicy {
-        self.base = base;
-        self.max_backoff = max.max(base);
+        self.backoff = Backoff::new(base, max.max(base));
         self
     }
 
@@ -88,9 +86,7 @@ impl RetryPolicy {
     /// The wait after failed attempt number `attempt` (1-based): full-jitter
     /// backoff, or the capped `Retry-After` when that is longer.
     pub(crate) fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let doubling = 2u32.saturating_pow(attempt.saturating_sub(1).min(31));
-        let ceiling = self.base.saturating_mul(doubling).min(self.max_backoff);
-        let jittered = ceiling.mul_f64(rand::rng().random_range(0.0..=1.0));
+        let jittered = self.backoff.delay(attempt);
         match retry_after {
             Some(asked) => jittered.max(asked.min(self.retry_after_cap)),
             None => jittered,

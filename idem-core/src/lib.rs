@@ -185,6 +185,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 mod canonical;
 mod effects;
 mod error;
