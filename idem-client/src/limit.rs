@@ -1,9 +1,9 @@
-//! A token bucket per host, shared by every clone of a client.
+//! A token bucket per host, shared by every clone of a client: idem-http's
+//! [`RateLimiter`], the one idem-inbox's handlers use too.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use idem_http::ratelimit::RateLimiter;
 use tokio::time::Instant;
 
 /// An outbound rate limit: at most [`per_second`](Self::per_second)
@@ -16,87 +16,40 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimit {
     per_second: f64,
-    burst: f64,
+    burst: u32,
 }
 
 impl RateLimit {
     /// `rate` requests a second per host (a rate that is not positive and
-    /// finite is taken as one a second), in bursts of one.
+    /// finite is taken as one a second, as
+    /// [`RateLimiter::new`] takes it), in bursts of one.
     pub fn per_second(rate: f64) -> RateLimit {
-        let per_second = if rate.is_finite() && rate > 0.0 {
-            rate
-        } else {
-            1.0
-        };
         RateLimit {
-            per_second,
-            burst: 1.0,
+            per_second: rate,
+            burst: 1,
         }
     }
 
     /// Lets up to `burst` requests (at least 1) go at once after a quiet spell.
     pub fn with_burst(mut self, burst: u32) -> RateLimit {
-        self.burst = f64::from(burst.max(1));
+        self.burst = burst.max(1);
         self
     }
 }
 
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    refilled: Instant,
-    held_until: Option<Instant>,
-}
-
-/// The buckets of one client and its clones.
+/// The buckets of one client and its clones, when it has a [`RateLimit`].
 #[derive(Debug, Clone)]
-pub(crate) struct Limiter {
-    limit: Option<RateLimit>,
-    hosts: Arc<Mutex<HashMap<String, Bucket>>>,
-}
+pub(crate) struct Limiter(Option<RateLimiter>);
 
 impl Limiter {
     pub(crate) fn new(limit: Option<RateLimit>) -> Limiter {
-        Limiter {
-            limit,
-            hosts: Arc::default(),
-        }
+        Limiter(limit.map(|l| RateLimiter::new(l.per_second, l.burst)))
     }
 
     /// Waits until `host` may be sent a request, and takes its token.
     pub(crate) async fn acquire(&self, host: &str) {
-        while let Some(wait) = self.try_acquire(host) {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// Takes a token now, or says how long to wait before asking again.
-    fn try_acquire(&self, host: &str) -> Option<Duration> {
-        let now = Instant::now();
-        let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let burst = self.limit.map_or(1.0, |l| l.burst);
-        let bucket = hosts.entry(host.to_owned()).or_insert(Bucket {
-            tokens: burst,
-            refilled: now,
-            held_until: None,
-        });
-        if let Some(until) = bucket.held_until {
-            if until > now {
-                return Some(until - now);
-            }
-            bucket.held_until = None;
-        }
-        let limit = self.limit?;
-        let earned = now.duration_since(bucket.refilled).as_secs_f64() * limit.per_second;
-        bucket.tokens = (bucket.tokens + earned).min(limit.burst);
-        bucket.refilled = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            None
-        } else {
-            Some(Duration::from_secs_f64(
-                (1.0 - bucket.tokens) / limit.per_second,
-            ))
+        if let Some(limiter) = &self.0 {
+            limiter.acquire(host).await;
         }
     }
 
@@ -105,17 +58,9 @@ impl Limiter {
     /// Without a [`RateLimit`] nothing is held: each request waits out its
     /// own 429 only.
     pub(crate) fn hold(&self, host: &str, wait: Duration) {
-        if self.limit.is_none() {
-            return;
+        if let Some(limiter) = &self.0 {
+            limiter.pause(host, wait);
         }
-        let until = later(Instant::now(), wait);
-        let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let bucket = hosts.entry(host.to_owned()).or_insert(Bucket {
-            tokens: self.limit.map_or(1.0, |l| l.burst),
-            refilled: Instant::now(),
-            held_until: None,
-        });
-        bucket.held_until = Some(bucket.held_until.map_or(until, |held| held.max(until)));
     }
 }
 

@@ -71,6 +71,7 @@ mod metrics;
 mod options;
 mod prefer;
 mod problem;
+pub mod ratelimit;
 pub mod stored;
 mod transcode;
 mod uncancelled;
