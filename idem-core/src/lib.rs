@@ -76,6 +76,96 @@
 //! [`Begin::Run`] with a [`Lease`] to complete, fail or release, or
 //! [`Begin::Replay`] with the recorded bytes.
 //!
+//! # Exactly-once effects
+//!
+//! A lease makes the *work* run once per lease; what callers want is the
+//! *effect* once, even when a process dies between doing something and
+//! recording that it did. Three mechanisms cover three kinds of effect:
+//!
+//! | where the effect lands | mechanism | what a crash can do |
+//! |---|---|---|
+//! | **the same SQL database** as the records (PostgreSQL, MariaDB, SQLite) | *transactional completion*: the store's `execute_in_tx` runs the work in a transaction and records the outcome with a token-fenced update **in that transaction**; one commit makes the business rows and the outcome durable together | nothing: both or neither land; a stale owner's completion matches no row, its transaction rolls back and it gets [`Error::LeaseLost`] |
+//! | **a remote API that dedupes** on its own idempotency key (a payment gateway, an email API) | *derived keys*: [`Lease::derive_key`] / [`Key::derive`], the same for every retry and every owner that takes the key over | a re-run after a crash sends the same key, and the remote API answers with the first call's result |
+//! | **anything else** (an SMTP send, a webhook to a system without keys) | the lease alone: at most once per lease | a crash after the effect and before the record lets one retry repeat it once the lease lapses |
+//!
+//! The SQL stores share one policy ([`StoreTx`](store::StoreTx)). On
+//! PostgreSQL and MariaDB (`idem_postgres::PostgresStore::execute_in_tx`,
+//! `idem_mysql::MySqlStore::execute_in_tx`) the work gets the
+//! transaction's connection while the heartbeat renews the lease through
+//! another pool connection, and `complete_in`/`fail_in` do the same step
+//! inside a transaction the caller manages. On SQLite
+//! (`idem_sqlite::SqliteStore::execute_in_tx`) the work is a synchronous
+//! closure run on the store's writer thread inside a savepoint of its
+//! group-commit transaction, so its rows share one commit with the
+//! operations queued around it. Each store also has
+//! `execute_in_tx_remembering`, which records chosen work errors as
+//! remembered failures in the same transaction. An operation made of
+//! several effects picks a mechanism per step ([`steps`]).
+//!
+//! # Waiting instead of 409
+//!
+//! A caller that finds its key in progress can wait for the outcome instead
+//! of getting [`Error::InProgress`] (HTTP 409): [`Idempotent::with_wait`] in
+//! code, `Prefer: wait=N` (RFC 7240) over HTTP, capped by the HTTP layer's
+//! `with_max_wait` (10 s by default) and answered with
+//! `Preference-Applied: wait`. The store wakes the waiter the moment the
+//! outcome is recorded: in process for [`MemoryStore`] and SQLite,
+//! `LISTEN`/`NOTIFY` on PostgreSQL once turned on with
+//! `with_notifications(true)` (off by default: a notifying commit takes a
+//! database-wide lock, which cost first executions at 32 callers more than
+//! half their throughput), pub/sub published by the completion script on
+//! Redis. The waiter still reads the record every
+//! [`FALLBACK_POLL`](store::FALLBACK_POLL) in case a wake-up is lost.
+//! MariaDB waiters poll (5 ms doubling to 250 ms), and so does a waiter on
+//! a store written before wake-ups existed, which keeps compiling
+//! ([`Store::wakeups`](store::Store::wakeups) defaults to `None`). If the
+//! owner crashes, a waiter whose deadline allows takes the key over once
+//! the lease lapses. Figures: `BENCHMARKS.md`, "Wake-ups".
+//!
+//! # Operating idem
+//!
+//! **Metrics and tracing.** [`observe`] tables every metric and span. Every
+//! metric is labelled `store` and `namespace`, never by key; install the
+//! exporter you use (Prometheus, StatsD, …) and they appear. The HTTP layer
+//! adds `idem_http_responses_total` (idem-http), the inbox its
+//! `idem_inbox_*` metrics (idem-inbox) and the broker consumers
+//! `idem_broker_deliveries_total` (idem-broker). Worth an alert:
+//!
+//! * `idem_lease_lost_total`: work that ran longer than its lease and lost
+//!   it;
+//! * `idem_store_errors_total{work="after"}`: work that ran but whose
+//!   outcome may not be recorded;
+//! * a steady `idem_in_progress_total` on one namespace: a stuck key.
+//!
+//! Keys appear in spans and logs only as a 16-hex-digit hash of the stored
+//! key ([`KeyInTraces`](observe::KeyInTraces)), so logs carry no tenant
+//! data; `idem inspect` prints the same hash, to go from a log line to the
+//! record.
+//!
+//! **Purging.** Redis expires records itself. SQLite, PostgreSQL and MariaDB
+//! keep an expired record (absent to every call) until it is purged; run a
+//! purger in each app server (they share the work) or `idem purge` from
+//! cron:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use idem_core::{Idempotent, MemoryStore};
+//! use idem_core::observe::KeyInTraces;
+//! use idem_core::store::{Store, spawn_purger};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+//! let purger = spawn_purger(Arc::clone(&store), Duration::from_secs(300)); // counts idem_purged_total
+//! let idem = Idempotent::from_arc(store)
+//!     .with_namespace("payments")
+//!     .with_key_in_traces(KeyInTraces::Hash); // the default
+//! # let _ = idem;
+//! purger.abort(); // or let it run for the life of the process
+//! # }
+//! ```
+//!
 //! # Implementing a store
 //!
 //! A store implements [`Store`](store::Store): six primitives, each atomic on one key,
