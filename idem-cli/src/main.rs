@@ -15,6 +15,28 @@
 //! still holds the token given, the one `inspect` or `list` showed, so a
 //! key that a live owner renewed or another caller took over meanwhile is
 //! left alone. Exit status: 0 done, 1 refused or failed, 2 bad usage.
+//!
+//! # Commands
+//!
+//! Install with `cargo install idem-cli` (from a checkout,
+//! `cargo install --path idem-cli`); the binary is `idem`. The store comes from
+//! `--store` or `IDEM_STORE` (`sqlite:PATH`, `redis://…`, `postgres://…`,
+//! `mysql://…`), with `--table` (SQL) or `--prefix` (Redis) when the
+//! application does not use the default:
+//!
+//! ```text
+//! idem --store postgres://localhost/app stats                 # counts by state, expired included
+//! idem --store postgres://localhost/app list --in-flight      # held keys, 50 a page; --after to go on
+//! idem --store postgres://localhost/app list --failed
+//! idem --store postgres://localhost/app inspect order-7f3a --scope tenant-1 --namespace payments
+//! idem --store postgres://localhost/app release order-7f3a --scope tenant-1 --namespace payments --token 9c0d…
+//! idem --store postgres://localhost/app purge --dry-run       # then without --dry-run
+//! ```
+//!
+//! `inspect` shows the state, the lease and retention left, the token, the
+//! fingerprint, and the outcome's size with a preview (control characters
+//! escaped). `release` is for a key whose worker is known to be dead; a
+//! released key runs its work again on the next request.
 #![forbid(unsafe_code)]
 
 mod open;
