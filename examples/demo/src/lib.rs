@@ -21,6 +21,37 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # The commands
+//!
+//! * `idem-demo serve` serves the payments API on 127.0.0.1:3000 over a
+//!   SQLite file (`--store sqlite:idem-demo.db`, the default);
+//!   `--store redis://127.0.0.1:6379`,
+//!   `--store postgres://root@127.0.0.1:5432/test` or
+//!   `--store mysql://root@127.0.0.1:3306/test` (MariaDB) switches the
+//!   backend. Over SQLite, PostgreSQL or MariaDB each charge is written in
+//!   the same transaction as its idempotency record and `GET /payments`
+//!   reads the table, so a restart keeps the ledger; over Redis the
+//!   simulated gateway dedupes on a key derived from the payment's.
+//! * `idem-demo storm --url http://127.0.0.1:3000` fires a retry storm at a
+//!   running server and exits non-zero on any payment charged twice or not
+//!   at all; without `--url` it storms a server of its own. Some first
+//!   attempts hang up mid-charge, and their keys stay held until the
+//!   server's lease lapses: start a server you storm with a short one
+//!   (`serve --lease-ms 2000`), since the default 60 s outlasts a client's
+//!   30 s of retries (`--give-up-after-secs`).
+//!   `storm --chaos 10` runs that server as a child process, kills it with
+//!   SIGKILL ten times during the storm, restarts it, and checks the
+//!   persisted ledger: no payment charged twice, none missing, every 201 a
+//!   client saw matching its row.
+//! * `idem-demo webhooks --chaos 5` runs the webhook inbox end to end — a
+//!   provider resending and forging, flaky handlers retried with backoff,
+//!   poison events dead-lettered, the worker killed with SIGKILL five
+//!   times — prints a table and exits 1 on a repeated or lost effect
+//!   (`--store postgres://…` for PostgreSQL).
+//!
+//! Logs are plain text, without colour codes, when stderr is not a
+//! terminal.
 #![forbid(unsafe_code)]
 
 mod app;
