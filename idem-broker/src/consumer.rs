@@ -54,7 +54,8 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             concurrency: 8,
             max_deliveries: 8,
-            backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            // The first redelivery within 2 s, doubling up to 5 min.
+            backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
             poll: Duration::from_millis(200),
             grace: Duration::from_secs(30),
         }
