@@ -12,6 +12,7 @@ mod list;
 mod runner;
 mod settings;
 mod support;
+pub mod tx;
 
 pub use cases::interleaving::{soak, Soak, SoakFailure};
 pub use fixture::{Factory, Fixture};

@@ -1,6 +1,13 @@
 //! Transactional completion: the work's rows and the outcome commit
 //! together on the writer thread, a stale owner's rows never land, the work
 //! cannot end the transaction, and other callers keep their group commit.
+//!
+//! These cases are SQLite's own, not the conformance kit's transaction
+//! cases (`idem_conformance::tx`) that the PostgreSQL and MariaDB stores
+//! run: the kit's work writes through the connection of a `StoreTx` held
+//! across awaits, while this store runs the work as a synchronous closure
+//! on its writer thread, inside a savepoint of a group commit, so it has
+//! no transaction to hand a caller.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
