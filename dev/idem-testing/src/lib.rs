@@ -35,6 +35,7 @@ pub mod races;
 mod server;
 mod skip;
 mod sql;
+pub mod sql_cases;
 #[cfg(feature = "stores")]
 mod stores;
 pub mod waiting;

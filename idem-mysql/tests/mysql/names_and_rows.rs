@@ -2,24 +2,12 @@
 //! table come back as clear errors through `execute`, never as panics, and
 //! the damaged row is left as it was.
 
-use idem_core::store::StoreErrorKind;
-use idem_core::{Error, Fingerprint, Idempotent, When};
+use idem_core::Idempotent;
+use idem_mysql::sqlx;
 use idem_mysql::sqlx::mysql::MySqlPoolOptions;
-use idem_mysql::{sqlx, MySqlStore};
+use idem_testing::sql_cases;
 
-use crate::support;
-
-fn store_kind<T: std::fmt::Debug>(outcome: Result<T, Error<String>>) -> StoreErrorKind {
-    match outcome {
-        Err(Error::Store { source, when }) => {
-            assert_eq!(when, When::BeforeWork);
-            assert_eq!(source.backend_name(), "mysql");
-            eprintln!("{source}");
-            source.kind()
-        }
-        other => panic!("expected a store error, got {other:?}"),
-    }
-}
+use crate::support::{self, My};
 
 /// Names that are not plain identifiers are refused before any SQL runs.
 #[tokio::test]
@@ -27,29 +15,7 @@ async fn table_names_that_are_not_plain_identifiers_are_refused() {
     let pool = MySqlPoolOptions::new()
         .connect_lazy(&support::url())
         .unwrap();
-    let long = "t".repeat(65);
-    for name in [
-        "x; drop table y",
-        "",
-        "`x`",
-        "x'y",
-        "a.b.c",
-        "a b",
-        "1x",
-        long.as_str(),
-    ] {
-        let refused = MySqlStore::from_pool(pool.clone())
-            .with_table(name)
-            .unwrap_err();
-        assert_eq!(refused.kind(), StoreErrorKind::Config, "{name:?}");
-        assert!(
-            refused.to_string().contains("invalid table name"),
-            "{refused}"
-        );
-    }
-    let longest = "t".repeat(64);
-    let store = MySqlStore::from_pool(pool).with_table(&longest).unwrap();
-    assert_eq!(store.table(), longest);
+    sql_cases::table_names_that_are_not_plain_identifiers_are_refused::<My>(pool);
 }
 
 /// A database-qualified, mixed-case, reserved-word table name works as
@@ -65,26 +31,7 @@ async fn database_qualified_and_reserved_names_work() {
         .await
         .unwrap();
     let _guard = support::DropGuard::database(&database);
-    let store = MySqlStore::from_pool(pool.clone())
-        .with_table(&format!("{database}.Order"))
-        .unwrap();
-    store.migrate().await.unwrap();
-    store.migrate().await.unwrap();
-    let idem = Idempotent::new(store);
-    let ran: u8 = idem
-        .execute("k", &(), || async { Ok::<_, String>(1) })
-        .await
-        .unwrap();
-    let replayed: u8 = idem
-        .execute("k", &(), || async { Ok::<_, String>(2) })
-        .await
-        .unwrap();
-    assert_eq!((ran, replayed), (1, 1));
-    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {database}.`Order`"))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, 1);
+    sql_cases::qualified_and_reserved_names_work::<My>(pool, &database).await;
 }
 
 /// A table that was never migrated, or a database that does not exist, is
@@ -94,19 +41,11 @@ async fn a_missing_table_or_database_is_a_config_error() {
     let Some(pool) = support::pool(1).await else {
         return;
     };
-    for name in [
+    let missing = [
         support::unique_name("idem_missing"),
         format!("{}.t", support::unique_name("idem_nodb")),
-    ] {
-        let store = MySqlStore::from_pool(pool.clone())
-            .with_table(&name)
-            .unwrap();
-        let idem = Idempotent::new(store);
-        let outcome = idem
-            .execute("k", &(), || async { Ok::<u8, String>(1) })
-            .await;
-        assert_eq!(store_kind(outcome), StoreErrorKind::Config, "{name}");
-    }
+    ];
+    sql_cases::missing_tables_are_config_errors::<My>(pool, &missing).await;
 }
 
 /// Rows with a short token, a short fingerprint or an unknown state are
@@ -117,56 +56,39 @@ async fn rows_that_do_not_decode_are_corrupt_errors_and_kept() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let idem = Idempotent::new(store.clone());
-    let good_token = vec![7_u8; 16];
-    let good_fingerprint = Fingerprint::of_json(&()).unwrap().as_bytes().to_vec();
-    let garbage = [
-        (
-            "short-token",
-            vec![1_u8, 2, 3],
-            good_fingerprint.clone(),
-            1_i8,
-        ),
-        ("short-fingerprint", good_token.clone(), vec![9_u8; 5], 1),
-        ("bad-state", good_token.clone(), good_fingerprint.clone(), 9),
-        ("negative-state", good_token, good_fingerprint, -1),
-    ];
-    for (client_key, token, fingerprint, state) in garbage {
-        let key = idem.key(client_key).unwrap();
-        sqlx::query(&format!(
-            "INSERT INTO {} VALUES (?, ?, ?, ?, 'x', NULL, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
-            store.table()
-        ))
-        .bind(key.as_str())
-        .bind(&token)
-        .bind(&fingerprint)
-        .bind(state)
-        .execute(store.pool())
-        .await
-        .unwrap();
-        let outcome = idem
-            .execute(client_key, &(), || async { Ok::<u8, String>(1) })
-            .await;
-        assert_eq!(store_kind(outcome), StoreErrorKind::Corrupt, "{client_key}");
-        let loaded = idem_core::store::Store::load(&store, key.as_str())
+    let plant = |key: String, row: sql_cases::BadRow| {
+        let store = store.clone();
+        async move {
+            sqlx::query(&format!(
+                "INSERT INTO {} VALUES (?, ?, ?, ?, 'x', NULL, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
+                store.table()
+            ))
+            .bind(key)
+            .bind(row.token)
+            .bind(row.fingerprint)
+            .bind(row.state)
+            .execute(store.pool())
             .await
-            .unwrap_err();
-        assert_eq!(loaded.kind(), StoreErrorKind::Corrupt, "{client_key}");
-        assert!(loaded.to_string().contains("does not decode"), "{loaded}");
-        let kept: (Vec<u8>, Vec<u8>, i8, Vec<u8>) = sqlx::query_as(&format!(
-            "SELECT token, fingerprint, state, payload FROM {} WHERE `key` = ?",
-            store.table()
-        ))
-        .bind(key.as_str())
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-        assert_eq!(
-            kept,
-            (token, fingerprint, state, b"x".to_vec()),
-            "{client_key}"
-        );
-    }
+            .unwrap();
+        }
+    };
+    let kept = |key: String, row: sql_cases::BadRow| {
+        let store = store.clone();
+        async move {
+            let kept: (Vec<u8>, Vec<u8>, i8, Vec<u8>) = sqlx::query_as(&format!(
+                "SELECT token, fingerprint, state, payload FROM {} WHERE `key` = ?",
+                store.table()
+            ))
+            .bind(key)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            let planted = (row.token, row.fingerprint, row.state, b"x".to_vec());
+            assert_eq!(kept, planted, "{}", row.client_key);
+        }
+    };
+    sql_cases::rows_that_do_not_decode_are_corrupt_errors::<My, _, _, _, _>(&store, plant, kept)
+        .await;
 }
 
 /// A stored outcome that is valid as a row but not as the caller's type is
@@ -176,15 +98,7 @@ async fn outcomes_of_another_type_are_decode_errors() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let idem = Idempotent::new(store);
-    let _: String = idem
-        .execute("k", &(), || async { Ok::<_, String>("text".into()) })
-        .await
-        .unwrap();
-    let replay = idem
-        .execute("k", &(), || async { Ok::<u64, String>(1) })
-        .await;
-    assert!(matches!(replay, Err(Error::Decode(_))), "{replay:?}");
+    sql_cases::outcomes_of_another_type_are_decode_errors(store).await;
 }
 
 /// Keys that a text collation would confuse (case, trailing spaces) stay

@@ -3,118 +3,34 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use idem_core::store::StoreErrorKind;
 use idem_core::{Error, Fingerprint, Idempotent, When};
-use idem_mysql::sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use idem_mysql::sqlx::mysql::MySqlPool;
 use idem_mysql::sqlx::{self, Connection, MySqlConnection};
-use idem_mysql::MySqlStore;
+use idem_testing::sql_cases;
 
-use crate::{support, until_waiting};
+use crate::support::{self, My};
+use crate::until_waiting;
 
 /// `connect` opens a working pool; a malformed URL is a config error and a
 /// closed port a backend error.
 #[tokio::test]
 async fn connect_opens_a_pool_and_types_its_failures() {
-    let Some(_) = support::pool(1).await else {
-        return;
-    };
-    let store = MySqlStore::connect(&support::url()).await.unwrap();
-    let table = support::unique_name("idem_connect");
-    let _guard = support::DropGuard::table(&table);
-    let store = store.with_table(&table).unwrap();
-    store.migrate().await.unwrap();
-    let ran: u8 = Idempotent::new(store)
-        .execute("k", &(), || async { Ok::<_, String>(3) })
-        .await
-        .unwrap();
-    assert_eq!(ran, 3);
-
-    let malformed = MySqlStore::connect("mysql://[::1").await.unwrap_err();
-    assert_eq!(malformed.kind(), StoreErrorKind::Config, "{malformed}");
-    let pool = MySqlPoolOptions::new()
-        .acquire_timeout(Duration::from_millis(300))
-        .connect_lazy("mysql://root@127.0.0.1:1/test")
-        .unwrap();
-    let closed = idem_core::store::Store::load(&MySqlStore::from_pool(pool), "k")
-        .await
-        .unwrap_err();
-    assert_eq!(closed.kind(), StoreErrorKind::Backend, "{closed}");
+    sql_cases::connect_opens_a_pool_and_types_its_failures::<My>().await;
 }
 
 /// The store holds a connection only for one statement, so work that uses
 /// the same one-connection pool runs without deadlock.
 #[tokio::test]
 async fn a_pool_shared_with_the_application_works() {
-    let Some(pool) = support::pool(1).await else {
-        return;
-    };
-    let (store, _guard) = support::store_in(pool.clone()).await;
-    let app_table = support::unique_name("idem_app");
-    sqlx::raw_sql(&format!("CREATE TABLE {app_table} (id int)"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let _app_guard = support::DropGuard::table(&app_table);
-    let idem = Idempotent::new(store);
-    for _ in 0..3 {
-        let pool = pool.clone();
-        let insert = format!("INSERT INTO {app_table} VALUES (1)");
-        let rows: u64 = idem
-            .execute("order-1", &"body", || async move {
-                let done = sqlx::query(&insert)
-                    .execute(&pool)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(done.rows_affected())
-            })
-            .await
-            .unwrap();
-        assert_eq!(rows, 1);
-    }
-    let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {app_table}"))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 1, "the work ran once for three calls");
+    sql_cases::a_pool_shared_with_the_application_works::<My>().await;
 }
 
 /// Many processes migrating the same new table at once all succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_migrations_of_one_table_all_succeed() {
-    let Some(pool) = support::pool(2).await else {
-        return;
-    };
-    for round in 0..3 {
-        let table = support::unique_name("idem_migrate");
-        let _guard = support::DropGuard::table(&table);
-        // Separate one-connection pools stand in for separate processes.
-        let mut migrations = Vec::new();
-        for _ in 0..12 {
-            let own = MySqlPoolOptions::new()
-                .max_connections(1)
-                .connect(&support::url())
-                .await
-                .unwrap();
-            let store = MySqlStore::from_pool(own).with_table(&table).unwrap();
-            migrations.push(tokio::spawn(async move { store.migrate().await }));
-        }
-        for migration in migrations {
-            migration
-                .await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        }
-        let store = MySqlStore::from_pool(pool.clone())
-            .with_table(&table)
-            .unwrap();
-        let ran: u8 = Idempotent::new(store)
-            .execute("k", &(), || async { Ok::<_, String>(round) })
-            .await
-            .unwrap();
-        assert_eq!(ran, round);
-    }
+    sql_cases::concurrent_migrations_of_one_table_all_succeed::<My>().await;
 }
 
 async fn kill(admin: &MySqlPool, connection: u64) {
@@ -277,24 +193,13 @@ async fn connections_killed_while_idle_are_replaced() {
     };
     let (store, _guard) = support::store_in(pool.clone()).await;
     let admin = support::pool(1).await.unwrap();
-    let idem = Idempotent::new(store);
-    for round in 0..3_u8 {
-        let ids = connection_ids(&pool, 2).await;
-        let admin = admin.clone();
-        let ran: u8 = idem
-            .execute(&format!("k{round}"), &(), || async move {
-                for id in ids {
-                    kill(&admin, id).await;
-                }
-                Ok::<_, String>(round)
-            })
-            .await
-            .unwrap();
-        assert_eq!(ran, round);
-        let replayed: u8 = idem
-            .execute(&format!("k{round}"), &(), || async { Ok::<_, String>(99) })
-            .await
-            .unwrap();
-        assert_eq!(replayed, round);
-    }
+    sql_cases::connections_killed_while_idle_are_replaced::<My, _, _>(store, move || {
+        let (admin, pool) = (admin.clone(), pool.clone());
+        async move {
+            for id in connection_ids(&pool, 2).await {
+                kill(&admin, id).await;
+            }
+        }
+    })
+    .await;
 }

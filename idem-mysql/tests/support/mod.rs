@@ -4,7 +4,8 @@
 
 use idem_testing::{Cleanup, Server};
 
-use idem_mysql::sqlx::mysql::MySqlPool;
+use idem_core::store::StoreError;
+use idem_mysql::sqlx::{self, mysql::MySqlPool};
 use idem_mysql::MySqlStore;
 
 /// The server under test: `IDEM_MYSQL_URL`, or the local one.
@@ -63,4 +64,47 @@ pub async fn store_in(pool: MySqlPool) -> (MySqlStore, Cleanup) {
 /// A store on a fresh table with a pool of its own, or `None` to skip.
 pub async fn store() -> Option<(MySqlStore, Cleanup)> {
     Some(store_in(pool(8).await?).await)
+}
+
+/// The MariaDB store, as `idem_testing::sql_cases` drives it.
+#[derive(Debug)]
+pub struct My;
+
+impl idem_testing::sql_cases::SqlStore for My {
+    type Store = MySqlStore;
+    type Db = sqlx::MySql;
+
+    const SERVER: Server = Server::MySql;
+    const BACKEND: &'static str = "mysql";
+    const QUOTE: char = '`';
+    const LONGEST_NAME: usize = 64;
+
+    async fn connect(url: &str) -> Result<MySqlStore, StoreError> {
+        MySqlStore::connect(url).await
+    }
+
+    fn from_pool(pool: MySqlPool) -> MySqlStore {
+        MySqlStore::from_pool(pool)
+    }
+
+    fn with_table(store: MySqlStore, table: &str) -> Result<MySqlStore, StoreError> {
+        store.with_table(table)
+    }
+
+    fn table(store: &MySqlStore) -> String {
+        store.table()
+    }
+
+    async fn migrate(store: &MySqlStore) -> Result<(), StoreError> {
+        store.migrate().await
+    }
+
+    async fn run(pool: &MySqlPool, sql: String) -> u64 {
+        let done = sqlx::raw_sql(&sql).execute(pool).await.unwrap();
+        done.rows_affected()
+    }
+
+    async fn count(pool: &MySqlPool, sql: String) -> i64 {
+        sqlx::query_scalar(&sql).fetch_one(pool).await.unwrap()
+    }
 }

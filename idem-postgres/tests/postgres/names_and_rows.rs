@@ -1,52 +1,17 @@
 //! Table names are checked once; rows that do not decode and a missing
 //! table come back as clear errors through `execute`, never as panics.
 
-use idem_core::store::StoreErrorKind;
-use idem_core::{Error, Idempotent, When};
+use idem_postgres::sqlx;
 use idem_postgres::sqlx::postgres::PgPoolOptions;
-use idem_postgres::{sqlx, PostgresStore};
+use idem_testing::sql_cases;
 
-use crate::support;
-
-fn store_kind<T: std::fmt::Debug>(outcome: Result<T, Error<String>>) -> StoreErrorKind {
-    match outcome {
-        Err(Error::Store { source, when }) => {
-            assert_eq!(when, When::BeforeWork);
-            assert_eq!(source.backend_name(), "postgres");
-            eprintln!("{source}");
-            source.kind()
-        }
-        other => panic!("expected a store error, got {other:?}"),
-    }
-}
+use crate::support::{self, Pg};
 
 /// Names that are not plain identifiers are refused before any SQL runs.
 #[tokio::test]
 async fn table_names_that_are_not_plain_identifiers_are_refused() {
     let pool = PgPoolOptions::new().connect_lazy(&support::url()).unwrap();
-    let long = "t".repeat(53);
-    for name in [
-        "x; drop table y",
-        "",
-        "\"x\"",
-        "x'y",
-        "a.b.c",
-        "a b",
-        "1x",
-        long.as_str(),
-    ] {
-        let refused = PostgresStore::from_pool(pool.clone())
-            .with_table(name)
-            .unwrap_err();
-        assert_eq!(refused.kind(), StoreErrorKind::Config, "{name:?}");
-        assert!(
-            refused.to_string().contains("invalid table name"),
-            "{refused}"
-        );
-    }
-    let longest = "t".repeat(52);
-    let store = PostgresStore::from_pool(pool).with_table(&longest).unwrap();
-    assert_eq!(store.table(), longest);
+    sql_cases::table_names_that_are_not_plain_identifiers_are_refused::<Pg>(pool);
 }
 
 /// A schema-qualified, mixed-case, reserved-word table name works as given.
@@ -61,26 +26,7 @@ async fn schema_qualified_and_quoted_names_work() {
         .await
         .unwrap();
     let _guard = support::drop_guard(format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-    let store = PostgresStore::from_pool(pool.clone())
-        .with_table(&format!("{schema}.Order"))
-        .unwrap();
-    store.migrate().await.unwrap();
-    store.migrate().await.unwrap();
-    let idem = Idempotent::new(store);
-    let ran: u8 = idem
-        .execute("k", &(), || async { Ok::<_, String>(1) })
-        .await
-        .unwrap();
-    let replayed: u8 = idem
-        .execute("k", &(), || async { Ok::<_, String>(2) })
-        .await
-        .unwrap();
-    assert_eq!((ran, replayed), (1, 1));
-    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.\"Order\""))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, 1);
+    sql_cases::qualified_and_reserved_names_work::<Pg>(pool, &schema).await;
 }
 
 /// A table that was never migrated is a config error, before the work runs.
@@ -89,14 +35,8 @@ async fn a_missing_table_is_a_config_error() {
     let Some(pool) = support::pool(1).await else {
         return;
     };
-    let store = PostgresStore::from_pool(pool)
-        .with_table(&support::unique_name("idem_missing"))
-        .unwrap();
-    let idem = Idempotent::new(store);
-    let outcome = idem
-        .execute("k", &(), || async { Ok::<u8, String>(1) })
-        .await;
-    assert_eq!(store_kind(outcome), StoreErrorKind::Config);
+    let missing = [support::unique_name("idem_missing")];
+    sql_cases::missing_tables_are_config_errors::<Pg>(pool, &missing).await;
 }
 
 /// Rows with a short token, a short fingerprint or an unknown state are
@@ -106,46 +46,25 @@ async fn rows_that_do_not_decode_are_corrupt_errors() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let idem = Idempotent::new(store.clone());
-    let good_token = vec![7_u8; 16];
-    let good_fingerprint = idem_core::Fingerprint::of_json(&())
-        .unwrap()
-        .as_bytes()
-        .to_vec();
-    let garbage = [
-        (
-            "short-token",
-            vec![1_u8, 2, 3],
-            good_fingerprint.clone(),
-            1_i16,
-        ),
-        ("short-fingerprint", good_token.clone(), vec![9_u8; 5], 1),
-        ("bad-state", good_token.clone(), good_fingerprint.clone(), 9),
-        ("negative-state", good_token, good_fingerprint, -1),
-    ];
-    for (client_key, token, fingerprint, state) in garbage {
-        let key = idem.key(client_key).unwrap();
-        sqlx::query(&format!(
-            "INSERT INTO {} VALUES ($1, $2, $3, $4, 'x', NULL, now() + interval '1 hour')",
-            store.table()
-        ))
-        .bind(key.as_str())
-        .bind(token)
-        .bind(fingerprint)
-        .bind(state)
-        .execute(store.pool())
-        .await
-        .unwrap();
-        let outcome = idem
-            .execute(client_key, &(), || async { Ok::<u8, String>(1) })
-            .await;
-        assert_eq!(store_kind(outcome), StoreErrorKind::Corrupt, "{client_key}");
-        let loaded = idem_core::store::Store::load(&store, key.as_str())
+    let plant = |key: String, row: sql_cases::BadRow| {
+        let store = store.clone();
+        async move {
+            sqlx::query(&format!(
+                "INSERT INTO {} VALUES ($1, $2, $3, $4, 'x', NULL, now() + interval '1 hour')",
+                store.table()
+            ))
+            .bind(key)
+            .bind(row.token)
+            .bind(row.fingerprint)
+            .bind(i16::from(row.state))
+            .execute(store.pool())
             .await
-            .unwrap_err();
-        assert_eq!(loaded.kind(), StoreErrorKind::Corrupt, "{client_key}");
-        assert!(loaded.to_string().contains("does not decode"), "{loaded}");
-    }
+            .unwrap();
+        }
+    };
+    let kept = |_, _| async {};
+    sql_cases::rows_that_do_not_decode_are_corrupt_errors::<Pg, _, _, _, _>(&store, plant, kept)
+        .await;
 }
 
 /// A stored outcome that is valid as a row but not as the caller's type is
@@ -155,13 +74,5 @@ async fn outcomes_of_another_type_are_decode_errors() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let idem = Idempotent::new(store);
-    let _: String = idem
-        .execute("k", &(), || async { Ok::<_, String>("text".into()) })
-        .await
-        .unwrap();
-    let replay = idem
-        .execute("k", &(), || async { Ok::<u64, String>(1) })
-        .await;
-    assert!(matches!(replay, Err(Error::Decode(_))), "{replay:?}");
+    sql_cases::outcomes_of_another_type_are_decode_errors(store).await;
 }

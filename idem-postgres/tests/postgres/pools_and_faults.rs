@@ -9,111 +9,28 @@ use idem_core::{Error, Idempotent, When};
 use idem_postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use idem_postgres::sqlx::{self, Connection, PgConnection};
 use idem_postgres::PostgresStore;
+use idem_testing::sql_cases;
 
-use crate::support;
+use crate::support::{self, Pg};
 
 /// `connect` opens a working pool; a malformed URL is a config error and a
 /// closed port a backend error.
 #[tokio::test]
 async fn connect_opens_a_pool_and_types_its_failures() {
-    let Some(_) = support::pool(1).await else {
-        return;
-    };
-    let store = PostgresStore::connect(&support::url()).await.unwrap();
-    let table = support::unique_name("idem_connect");
-    let _guard = support::drop_table(&table);
-    let store = store.with_table(&table).unwrap();
-    store.migrate().await.unwrap();
-    let ran: u8 = Idempotent::new(store)
-        .execute("k", &(), || async { Ok::<_, String>(3) })
-        .await
-        .unwrap();
-    assert_eq!(ran, 3);
-
-    let malformed = PostgresStore::connect("postgres://[::1").await.unwrap_err();
-    assert_eq!(malformed.kind(), StoreErrorKind::Config, "{malformed}");
-    let pool = PgPoolOptions::new()
-        .acquire_timeout(Duration::from_millis(300))
-        .connect_lazy("postgres://root@127.0.0.1:1/test")
-        .unwrap();
-    let closed = idem_core::store::Store::load(&PostgresStore::from_pool(pool), "k")
-        .await
-        .unwrap_err();
-    assert_eq!(closed.kind(), StoreErrorKind::Backend, "{closed}");
+    sql_cases::connect_opens_a_pool_and_types_its_failures::<Pg>().await;
 }
 
 /// The store holds a connection only for one statement, so work that uses
 /// the same one-connection pool runs without deadlock.
 #[tokio::test]
 async fn a_pool_shared_with_the_application_works() {
-    let Some(pool) = support::pool(1).await else {
-        return;
-    };
-    let (store, _guard) = support::store_in(pool.clone()).await;
-    let app_table = support::unique_name("idem_app");
-    sqlx::raw_sql(&format!("CREATE TABLE {app_table} (id int)"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let _app_guard = support::drop_table(&app_table);
-    let idem = Idempotent::new(store);
-    for _ in 0..3 {
-        let pool = pool.clone();
-        let insert = format!("INSERT INTO {app_table} VALUES (1)");
-        let rows: u64 = idem
-            .execute("order-1", &"body", || async move {
-                let done = sqlx::query(&insert)
-                    .execute(&pool)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(done.rows_affected())
-            })
-            .await
-            .unwrap();
-        assert_eq!(rows, 1);
-    }
-    let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {app_table}"))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(count, 1, "the work ran once for three calls");
+    sql_cases::a_pool_shared_with_the_application_works::<Pg>().await;
 }
 
 /// Many processes migrating the same new table at once all succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_migrations_of_one_table_all_succeed() {
-    let Some(pool) = support::pool(12).await else {
-        return;
-    };
-    for round in 0..3 {
-        let table = support::unique_name("idem_migrate");
-        let _guard = support::drop_table(&table);
-        // Separate one-connection pools stand in for separate processes.
-        let mut migrations = Vec::new();
-        for _ in 0..12 {
-            let own = PgPoolOptions::new()
-                .max_connections(1)
-                .connect(&support::url())
-                .await
-                .unwrap();
-            let store = PostgresStore::from_pool(own).with_table(&table).unwrap();
-            migrations.push(tokio::spawn(async move { store.migrate().await }));
-        }
-        for migration in migrations {
-            migration
-                .await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        }
-        let store = PostgresStore::from_pool(pool.clone())
-            .with_table(&table)
-            .unwrap();
-        let ran: u8 = Idempotent::new(store)
-            .execute("k", &(), || async { Ok::<_, String>(round) })
-            .await
-            .unwrap();
-        assert_eq!(ran, round);
-    }
+    sql_cases::concurrent_migrations_of_one_table_all_succeed::<Pg>().await;
 }
 
 async fn store_named(app: &str) -> Option<(PostgresStore, idem_testing::Cleanup)> {
@@ -216,23 +133,13 @@ async fn connections_killed_while_idle_are_replaced() {
         return;
     };
     let admin = support::pool(1).await.unwrap();
-    let idem = Idempotent::new(store);
-    for round in 0..3_u8 {
+    sql_cases::connections_killed_while_idle_are_replaced::<Pg, _, _>(store, move || {
         let (admin, app) = (admin.clone(), app.clone());
-        let ran: u8 = idem
-            .execute(&format!("k{round}"), &(), || async move {
-                terminate(&admin, &app).await;
-                Ok::<_, String>(round)
-            })
-            .await
-            .unwrap();
-        assert_eq!(ran, round);
-        let replayed: u8 = idem
-            .execute(&format!("k{round}"), &(), || async { Ok::<_, String>(99) })
-            .await
-            .unwrap();
-        assert_eq!(replayed, round);
-    }
+        async move {
+            terminate(&admin, &app).await;
+        }
+    })
+    .await;
 }
 
 /// Callers of `execute_in_tx` dropped at any moment — while the transaction

@@ -4,7 +4,8 @@
 
 use idem_testing::{Cleanup, Server};
 
-use idem_postgres::sqlx::postgres::PgPool;
+use idem_core::store::StoreError;
+use idem_postgres::sqlx::{self, postgres::PgPool};
 use idem_postgres::PostgresStore;
 
 /// The server under test: `IDEM_POSTGRES_URL`, or the local one.
@@ -56,4 +57,47 @@ pub async fn store_in(pool: PgPool) -> (PostgresStore, Cleanup) {
 /// A store on a fresh table with a pool of its own, or `None` to skip.
 pub async fn store() -> Option<(PostgresStore, Cleanup)> {
     Some(store_in(pool(8).await?).await)
+}
+
+/// The PostgreSQL store, as `idem_testing::sql_cases` drives it.
+#[derive(Debug)]
+pub struct Pg;
+
+impl idem_testing::sql_cases::SqlStore for Pg {
+    type Store = PostgresStore;
+    type Db = sqlx::Postgres;
+
+    const SERVER: Server = Server::Postgres;
+    const BACKEND: &'static str = "postgres";
+    const QUOTE: char = '"';
+    const LONGEST_NAME: usize = 52;
+
+    async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect(url).await
+    }
+
+    fn from_pool(pool: PgPool) -> PostgresStore {
+        PostgresStore::from_pool(pool)
+    }
+
+    fn with_table(store: PostgresStore, table: &str) -> Result<PostgresStore, StoreError> {
+        store.with_table(table)
+    }
+
+    fn table(store: &PostgresStore) -> String {
+        store.table()
+    }
+
+    async fn migrate(store: &PostgresStore) -> Result<(), StoreError> {
+        store.migrate().await
+    }
+
+    async fn run(pool: &PgPool, sql: String) -> u64 {
+        let done = sqlx::raw_sql(&sql).execute(pool).await.unwrap();
+        done.rows_affected()
+    }
+
+    async fn count(pool: &PgPool, sql: String) -> i64 {
+        sqlx::query_scalar(&sql).fetch_one(pool).await.unwrap()
+    }
 }
