@@ -96,8 +96,8 @@ async fn a_table_an_earlier_build_made_is_brought_up_to_date() {
     let Some(pool) = support::postgres_pool(2).await else {
         return;
     };
-    let table = support::unique_table("inbox_old");
-    let _guard = support::DropTable(table.clone());
+    let table = support::unique_name("inbox_old");
+    let _guard = support::drop_table(&table);
     // The table as builds before lapses were counted made it, with a
     // pending job and one a killed worker held on its second attempt.
     sqlx::query(&format!(

@@ -1,97 +1,40 @@
-//! What the test binaries share: finding PostgreSQL, unique table names,
-//! guards that drop them, SQLite queues in temp files.
+//! What the test binaries share: PostgreSQL queues and stores on tables of
+//! their own (the server, the skip-or-fail policy, unique names and the
+//! guards that drop the tables come from `idem-testing`), SQLite queues in
+//! temp files, and cases both queues run.
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use idem_inbox::queue::{Enqueued, NewJob, PostgresQueue, Queue, SqliteQueue};
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
-use sqlx::Connection;
+use idem_testing::{Cleanup, Server};
+use sqlx::postgres::PgPool;
+
+pub use idem_testing::unique_name;
 
 /// The server under test: `IDEM_POSTGRES_URL`, or the local one.
 pub fn postgres_url() -> String {
-    std::env::var("IDEM_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".to_owned())
+    Server::Postgres.url()
 }
 
 /// A pool on the server under test, or `None` (with the reason printed)
 /// when it cannot be reached. Under `CI` an unreachable server fails.
 pub async fn postgres_pool(size: u32) -> Option<PgPool> {
-    let url = postgres_url();
-    let probe = match PgConnection::connect(&url).await {
-        Ok(conn) => conn.close().await,
-        Err(e) => Err(e),
-    };
-    let pool = match probe {
-        Ok(()) => {
-            PgPoolOptions::new()
-                .max_connections(size)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect(&url)
-                .await
-        }
-        Err(e) => Err(e),
-    };
-    match pool {
-        Ok(pool) => Some(pool),
-        Err(e) if std::env::var_os("CI").is_some() => {
-            panic!("PostgreSQL at {url} is unreachable and CI is set: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipped: PostgreSQL at {url} is unreachable ({e}); set IDEM_POSTGRES_URL");
-            None
-        }
-    }
+    idem_testing::sql_pool(Server::Postgres, &postgres_url(), size).await
 }
 
-/// A table name no other test or process uses.
-pub fn unique_table(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Drops a table when dropped, over a connection of its own on a thread of
-/// its own: `Drop` cannot await, and blocking the test's runtime from
-/// inside it would deadlock.
-#[derive(Debug)]
-pub struct DropTable(pub String);
-
-impl Drop for DropTable {
-    fn drop(&mut self) {
-        let statement = format!("DROP TABLE IF EXISTS {}", self.0);
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the cleanup");
-            runtime.block_on(async {
-                let mut conn = PgConnection::connect(&postgres_url()).await?;
-                sqlx::query(&statement).execute(&mut conn).await?;
-                conn.close().await
-            })
-        })
-        .join();
-        if let Ok(Err(e)) = dropped {
-            eprintln!("could not drop a test table: {e}");
-        }
-    }
+/// Drops `table` on the server under test when dropped.
+pub fn drop_table(table: &str) -> Cleanup {
+    Cleanup::postgres(&postgres_url(), format!("DROP TABLE IF EXISTS {table}"))
 }
 
 /// A migrated queue on a fresh table of `pool`, and the guard dropping it.
-pub async fn postgres_queue(pool: PgPool) -> (PostgresQueue, DropTable) {
-    let table = unique_table("inbox_q");
+pub async fn postgres_queue(pool: PgPool) -> (PostgresQueue, Cleanup) {
+    let table = unique_name("inbox_q");
     let queue = PostgresQueue::from_pool(pool)
         .with_table(&table)
         .expect("a valid table name");
-    let guard = DropTable(table);
+    let guard = drop_table(&table);
     queue.migrate().await.expect("migrate");
     (queue, guard)
 }
@@ -185,12 +128,12 @@ pub async fn claim_what_an_earlier_build_left(queue: &dyn Queue) -> idem_inbox::
 
 /// A migrated idem store on a fresh table of `pool`, and the guard
 /// dropping it.
-pub async fn postgres_store(pool: PgPool) -> (idem_postgres::PostgresStore, DropTable) {
-    let table = unique_table("inbox_idem");
+pub async fn postgres_store(pool: PgPool) -> (idem_postgres::PostgresStore, Cleanup) {
+    let table = unique_name("inbox_idem");
     let store = idem_postgres::PostgresStore::from_pool(pool)
         .with_table(&table)
         .expect("a valid table name");
-    let guard = DropTable(table);
+    let guard = drop_table(&table);
     store.migrate().await.expect("migrate");
     (store, guard)
 }
