@@ -36,6 +36,7 @@ mod server;
 mod skip;
 mod sql;
 pub mod sql_cases;
+mod sql_tx;
 #[cfg(feature = "stores")]
 mod stores;
 pub mod waiting;
@@ -47,3 +48,11 @@ pub use skip::{in_ci, skip, skip_binary, CI};
 pub use sql::sql_pool;
 #[cfg(feature = "stores")]
 pub use stores::{Fresh, Isolation, StoreKind, StoreUrl, TestStore, UnknownStore};
+
+/// What the exported macros name, so the crates that call them need not
+/// depend on these themselves.
+#[doc(hidden)]
+pub mod __private {
+    pub use idem_core;
+    pub use sqlx;
+}
