@@ -1,7 +1,11 @@
 //! `idem-inbox`: list, inspect and requeue dead letters.
 //!
+//! Built with the `cli` feature, off by default so that the library does
+//! not bring clap into applications: `cargo install idem-inbox --features
+//! cli`, or from a checkout `cargo run -p idem-inbox --features cli -- …`.
+//!
 //! ```text
-//! idem-inbox --queue inbox.db dead-letters list
+//! idem-inbox --queue inbox.db dead-letters
 //! idem-inbox --queue postgres://root@127.0.0.1/test --table idem_inbox_jobs inspect 42
 //! idem-inbox --queue inbox.db requeue 42
 //! ```
