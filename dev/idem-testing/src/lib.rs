@@ -36,6 +36,7 @@ mod server;
 mod skip;
 mod sql;
 pub mod sql_cases;
+pub mod sql_races;
 mod sql_tx;
 #[cfg(feature = "stores")]
 mod stores;

@@ -5,17 +5,17 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use idem_core::store::{Insert, Store, Token};
 use idem_core::{Error, Fingerprint, Idempotent};
 use idem_mysql::sqlx::{self, Connection, MySqlConnection};
 use idem_mysql::MySqlStore;
+use idem_testing::races;
+use idem_testing::sql_races::{self, hex, SqlRaces};
 use tokio::sync::Barrier;
 
-use idem_testing::races;
-
-use crate::{in_flight, support, until_waiting, MINUTE};
+use crate::support::{self, My};
+use crate::{in_flight, until_waiting, MINUTE};
 
 async fn store_with(connections: u32) -> Option<(MySqlStore, idem_testing::Cleanup)> {
     Some(support::store_in(support::pool(connections).await?).await)
@@ -39,8 +39,44 @@ async fn racing_claims_of_an_expired_key_have_one_winner() {
     races::racing_claims_have_one_winner(&store, 24, true).await;
 }
 
-const ROW: &str = "(`key`, token, fingerprint, state, payload, lease_until, retain_until) \
-    VALUES (?, ?, ?, 0, '', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)";
+impl SqlRaces for My {
+    fn insert_live(table: &str, key: &str, token: &Token, fingerprint: &Fingerprint) -> String {
+        format!(
+            "INSERT INTO {table} (`key`, token, fingerprint, state, payload, lease_until, \
+             retain_until) VALUES ('{key}', X'{}', X'{}', 0, '', \
+             UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)",
+            hex(token.as_bytes()),
+            hex(fingerprint.as_bytes()),
+        )
+    }
+
+    fn renew(table: &str, key: &str, token: &Token) -> String {
+        format!(
+            "UPDATE {table} SET token = X'{}', lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, \
+             retain_until = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE WHERE `key` = '{key}'",
+            hex(token.as_bytes()),
+        )
+    }
+
+    fn expire(table: &str) -> String {
+        format!("UPDATE {table} SET retain_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND")
+    }
+
+    fn insert_expired(table: &str, rows: usize) -> String {
+        format!(
+            "INSERT INTO {table} SELECT CONCAT('old', seq), X'00', X'00', 1, '', NULL, \
+             UTC_TIMESTAMP(6) - INTERVAL 1 SECOND FROM seq_1_to_{rows}"
+        )
+    }
+
+    async fn execute(conn: &mut MySqlConnection, sql: String) {
+        sqlx::query(&sql).execute(&mut *conn).await.unwrap();
+    }
+
+    async fn until_claim_waits(conn: &mut MySqlConnection, table: &str) {
+        until_waiting(conn, table).await;
+    }
+}
 
 // Pins the lock queue: a claim that meets a row another transaction has
 // inserted but not committed waits for it, then returns it if it was
@@ -52,36 +88,12 @@ async fn a_claim_queued_behind_an_uncommitted_insert_sees_its_outcome() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let mut watcher = MySqlConnection::connect(&support::url()).await.unwrap();
     for commit in [true, false] {
         let key = format!("k-{commit}");
-        let mut other = MySqlConnection::connect(&support::url()).await.unwrap();
-        let theirs = Token::random();
-        let mut tx = other.begin().await.unwrap();
-        sqlx::query(&format!("INSERT INTO {} {ROW}", store.table()))
-            .bind(&key)
-            .bind(&theirs.as_bytes()[..])
-            .bind(&Fingerprint::of_bytes(b"request").as_bytes()[..])
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        let mine = Token::random();
-        let claim = tokio::spawn({
-            let (store, key) = (store.clone(), key.clone());
-            async move { store.insert(&key, &in_flight(mine, MINUTE, MINUTE)).await }
-        });
-        until_waiting(&mut watcher, &store.table()).await;
-        if commit {
-            tx.commit().await.unwrap();
-            match claim.await.unwrap().unwrap() {
-                Insert::Found(record) => assert_eq!(record.token, theirs),
-                other => panic!("expected the concurrent row, got {other:?}"),
-            }
-        } else {
-            tx.rollback().await.unwrap();
-            assert_eq!(claim.await.unwrap().unwrap(), Insert::Inserted);
-            assert_eq!(store.load(&key).await.unwrap().unwrap().token, mine);
-        }
+        sql_races::a_claim_behind_an_uncommitted_insert_gets_its_outcome::<My>(
+            &store, &key, commit,
+        )
+        .await;
     }
 }
 
@@ -95,52 +107,7 @@ async fn an_expired_row_renewed_while_the_claim_waits_is_found() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let brief = Duration::from_millis(20);
-    store
-        .insert("k", &in_flight(Token::random(), brief, brief))
-        .await
-        .unwrap();
-    let mut watcher = MySqlConnection::connect(&support::url()).await.unwrap();
-    for commit in [true, false] {
-        tokio::time::sleep(brief * 2).await;
-        let mut other = MySqlConnection::connect(&support::url()).await.unwrap();
-        let theirs = Token::random();
-        let mut tx = other.begin().await.unwrap();
-        sqlx::query(&format!(
-            "UPDATE {} SET token = ?, lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, \
-             retain_until = UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE WHERE `key` = 'k'",
-            store.table()
-        ))
-        .bind(&theirs.as_bytes()[..])
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        let mine = Token::random();
-        let claim = tokio::spawn({
-            let store = store.clone();
-            async move { store.insert("k", &in_flight(mine, MINUTE, MINUTE)).await }
-        });
-        until_waiting(&mut watcher, &store.table()).await;
-        if commit {
-            tx.commit().await.unwrap();
-            match claim.await.unwrap().unwrap() {
-                Insert::Found(record) => assert_eq!(record.token, theirs),
-                other => panic!("expected the renewed row, got {other:?}"),
-            }
-            // Expire it again for the rolled-back round.
-            sqlx::query(&format!(
-                "UPDATE {} SET retain_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
-                store.table()
-            ))
-            .execute(&mut other)
-            .await
-            .unwrap();
-        } else {
-            tx.rollback().await.unwrap();
-            assert_eq!(claim.await.unwrap().unwrap(), Insert::Inserted);
-            assert_eq!(store.load("k").await.unwrap().unwrap().token, mine);
-        }
-    }
+    sql_races::a_claim_behind_a_renewal_of_an_expired_row_gets_its_outcome::<My>(&store).await;
 }
 
 /// Many callers fighting over a few keys — claiming, releasing after a
@@ -221,34 +188,7 @@ async fn a_claim_dropped_mid_statement_still_takes_effect() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    let mut other = MySqlConnection::connect(&support::url()).await.unwrap();
-    let mut watcher = MySqlConnection::connect(&support::url()).await.unwrap();
-    let mut tx = other.begin().await.unwrap();
-    sqlx::query(&format!("INSERT INTO {} {ROW}", store.table()))
-        .bind("k")
-        .bind(&Token::random().as_bytes()[..])
-        .bind(&Fingerprint::of_bytes(b"request").as_bytes()[..])
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let mine = Token::random();
-    let claim = tokio::spawn({
-        let store = store.clone();
-        async move { store.insert("k", &in_flight(mine, MINUTE, MINUTE)).await }
-    });
-    until_waiting(&mut watcher, &store.table()).await;
-    claim.abort();
-    assert!(claim.await.unwrap_err().is_cancelled());
-    tx.rollback().await.unwrap();
-    let mut seen = None;
-    for _ in 0..200 {
-        seen = store.load("k").await.unwrap();
-        if seen.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(seen.map(|record| record.token), Some(mine));
+    sql_races::a_claim_dropped_mid_statement_still_takes_effect::<My>(&store).await;
 }
 
 /// Concurrent purgers split the expired rows between them, deleting each
@@ -258,15 +198,7 @@ async fn concurrent_purgers_delete_each_expired_row_once() {
     let Some((store, _guard)) = store_with(8).await else {
         return;
     };
-    sqlx::query(&format!(
-        "INSERT INTO {} SELECT CONCAT('old', seq), X'00', X'00', 1, '', NULL, \
-         UTC_TIMESTAMP(6) - INTERVAL 1 SECOND FROM seq_1_to_400",
-        store.table()
-    ))
-    .execute(store.pool())
-    .await
-    .unwrap();
-    races::purgers_delete_each_expired_row_once(&store, 400).await;
+    sql_races::concurrent_purgers_delete_each_expired_row_once::<My>(&store).await;
 }
 
 /// A purge larger than one delete statement still deletes exactly `limit`
@@ -276,14 +208,7 @@ async fn a_purge_larger_than_one_statement_deletes_up_to_its_limit() {
     let Some((store, _guard)) = support::store().await else {
         return;
     };
-    sqlx::query(&format!(
-        "INSERT INTO {} SELECT CONCAT('old', seq), X'00', X'00', 1, '', NULL, \
-         UTC_TIMESTAMP(6) - INTERVAL 1 SECOND FROM seq_1_to_1200",
-        store.table()
-    ))
-    .execute(store.pool())
-    .await
-    .unwrap();
+    sql_races::insert_expired::<My>(&store, 1200).await;
     assert_eq!(store.purge_expired(1100).await.unwrap(), 1100);
     assert_eq!(store.purge_expired(1100).await.unwrap(), 100);
     assert_eq!(store.purge_expired(1100).await.unwrap(), 0);

@@ -14,5 +14,3 @@ mod races;
 mod round_trips;
 mod tx;
 mod waking;
-
-pub(crate) use idem_testing::races::{in_flight, MINUTE};
