@@ -138,7 +138,9 @@ impl Idempotent {
     /// The waiter is bounded by its own deadline and nothing else: it
     /// gets the outcome as soon as one is recorded, takes the key over
     /// (and runs the work) if the owner crashed and its lease lapsed, or
-    /// gets [`Error::InProgress`] once `wait` has passed.
+    /// gets [`Error::InProgress`] once `wait` has passed. Durable steps
+    /// ([`Durable::execute`](crate::Durable::execute)) wait the same way,
+    /// and a takeover resumes after the last recorded step.
     ///
     /// On a store that sends [wake-ups](Store::wakeups) (memory, SQLite,
     /// PostgreSQL, Redis) the waiter watches the key, reads the record
@@ -397,8 +399,7 @@ impl Idempotent {
         fingerprints: MatchingFingerprints,
     ) -> Result<Begin, Error> {
         let fingerprint = fingerprints.current();
-        let mut waiter = Waiter::new(self.wait, self.polling);
-        let mut watch = None;
+        let mut waiter = self.waiter();
         let mut lost_takeovers = 0;
         loop {
             let token = Token::random();
@@ -446,24 +447,16 @@ impl Idempotent {
                 }
                 Decision::InProgress(left) => left,
             };
-            if !waiter.waits() {
-                self.observed.observe.decided("in_progress");
-                return Err(Error::InProgress { retry_after: left });
-            }
-            if watch.is_none() {
-                if let Some(wakeups) = self.store.wakeups() {
-                    // Watch first, then read again: an outcome recorded
-                    // between the last read and the watch is seen by the
-                    // read, one recorded after it wakes the watch.
-                    watch = Some(wakeups.watch(key.as_str()));
-                    continue;
-                }
-            }
-            if !waiter.pause(left, watch.as_mut()).await {
+            if !waiter.wait(&*self.store, key.as_str(), left).await {
                 self.observed.observe.decided("in_progress");
                 return Err(Error::InProgress { retry_after: left });
             }
         }
+    }
+
+    /// A waiter with this handle's wait and polling, for one call.
+    pub(crate) fn waiter(&self) -> Waiter {
+        Waiter::new(self.wait, self.polling)
     }
 
     /// The retention a claimed key is written with.
@@ -485,11 +478,13 @@ impl Idempotent {
 }
 
 /// A caller that waits for a key in progress: until its own deadline, with
-/// capped backoff, woken early by its store where the store can.
-struct Waiter {
+/// capped backoff, woken early by its store where the store can. `begin`
+/// and durable steps share it, so a waiting handle waits alike for both.
+pub(crate) struct Waiter {
     deadline: Option<Instant>,
     pause: Duration,
     longest: Duration,
+    watch: Option<Watch>,
 }
 
 impl Waiter {
@@ -503,7 +498,28 @@ impl Waiter {
             }),
             pause: first,
             longest,
+            watch: None,
         }
+    }
+
+    /// Called each time `key` is found in progress with `left` of its
+    /// lease: waits before the caller reads the record again and returns
+    /// `true`, or returns `false` at once when the caller should answer
+    /// [`Error::InProgress`] (it does not wait, or its deadline passed).
+    pub(crate) async fn wait(&mut self, store: &dyn Store, key: &str, left: Duration) -> bool {
+        if !self.waits() {
+            return false;
+        }
+        if self.watch.is_none() {
+            if let Some(wakeups) = store.wakeups() {
+                // Watch first, then read again: an outcome recorded between
+                // the last read and the watch is seen by the read, one
+                // recorded after it wakes the watch.
+                self.watch = Some(wakeups.watch(key));
+                return true;
+            }
+        }
+        self.pause(left).await
     }
 
     /// Whether the caller waits and its deadline is still ahead.
@@ -514,9 +530,9 @@ impl Waiter {
 
     /// Sleeps before the next look at the key, at most until the deadline
     /// and until the owner's lease (`left`) could lapse, and no longer than
-    /// a wake-up of `watch`; `false` once the deadline has passed (or for a
-    /// caller that does not wait).
-    async fn pause(&mut self, left: Duration, watch: Option<&mut Watch>) -> bool {
+    /// a wake-up of the watch; `false` once the deadline has passed (or for
+    /// a caller that does not wait).
+    async fn pause(&mut self, left: Duration) -> bool {
         let Some(deadline) = self.deadline else {
             return false;
         };
@@ -524,7 +540,7 @@ impl Waiter {
         if now >= deadline {
             return false;
         }
-        let woken_by_store = watch.as_ref().is_some_and(|watch| watch.is_connected());
+        let woken_by_store = self.watch.as_ref().is_some_and(Watch::is_connected);
         let pace = if woken_by_store {
             self.longest.max(FALLBACK_POLL)
         } else {
@@ -537,7 +553,7 @@ impl Waiter {
         let pause = pace
             .min(left.max(crate::store::clamp::SHORTEST))
             .min(deadline - now);
-        match watch {
+        match &mut self.watch {
             Some(watch) => {
                 tokio::select! {
                     () = watch.woken() => {}

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
 use idem_core::{Error, Idempotent, MemoryStore, Steps, StepsError};
+use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -195,6 +196,188 @@ async fn the_lease_is_live_while_a_step_runs_past_its_length() {
     );
     assert_eq!(slow.await.unwrap().unwrap(), 1);
     assert_eq!(counts.get(), [0, 0, 0]);
+}
+
+/// Starts the three steps and "kills" the run once step `a` is recorded
+/// (its future dropped, as in a crash), leaving the key claimed for a
+/// lease; returns when the run started.
+async fn crash_after_step_a(idem: &Idempotent, counts: &Counts) -> Instant {
+    let started = Instant::now();
+    let counts_ = counts.clone();
+    let call = idem.execute_steps("k", "body", move |steps| {
+        three_steps(steps, counts_, Crash::After(0))
+    });
+    // On the paused clock the run reaches its hang before the timeout.
+    assert!(tokio::time::timeout(LEASE / 10, call).await.is_err());
+    assert_eq!(counts.get(), [1, 0, 0], "the run did not hang after `a`");
+    started
+}
+
+// Pins the defect where durable steps ignored `with_wait`: a retry after a
+// crash got `InProgress` until the lease lapsed, and callers had to loop.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_retry_resumes_a_crashed_run_as_soon_as_its_lease_lapses() {
+    let idem = idem();
+    let counts = Counts::default();
+    let crashed_at = crash_after_step_a(&idem, &counts).await;
+    let c = counts.clone();
+    let resumed = idem
+        .clone()
+        .with_wait(LEASE * 4)
+        .execute_steps("k", "body", move |steps| async move {
+            assert_eq!(steps.takeovers().await, 1, "the resume is a takeover");
+            three_steps(steps, c, Crash::Never).await
+        })
+        .await;
+    assert_eq!(resumed.unwrap(), 111);
+    let took = crashed_at.elapsed();
+    assert!(took >= LEASE, "took over a live lease after {took:?}");
+    assert!(
+        took <= LEASE + Duration::from_millis(5),
+        "resumed late: {took:?}"
+    );
+    // `a` was replayed from the journal, not run again.
+    assert_eq!(counts.get(), [1, 1, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_retry_of_a_live_run_gets_its_outcome_replayed() {
+    let idem = idem();
+    let counts = Counts::default();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let owner = {
+        let (idem, counts) = (idem.clone(), counts.clone());
+        tokio::spawn(async move {
+            idem.execute_steps("k", "body", move |steps| async move {
+                let c = counts.clone();
+                let a = steps
+                    .step("a", || async move {
+                        c.bump(0);
+                        Ok::<_, String>(1u32)
+                    })
+                    .await?;
+                started_tx.send(()).unwrap();
+                // Past several lease lengths: the heartbeat keeps it live,
+                // and the waiter must not take it over meanwhile.
+                tokio::time::sleep(LEASE * 3).await;
+                let b = steps
+                    .step("b", || async move {
+                        counts.bump(1);
+                        Ok::<_, String>(10u32)
+                    })
+                    .await?;
+                Ok(a + b)
+            })
+            .await
+        })
+    };
+    started.await.unwrap();
+    let start = Instant::now();
+    let waiting = idem.clone().with_wait(LEASE * 10);
+    let c = counts.clone();
+    let waited = waiting
+        .execute_steps("k", "body", move |steps| {
+            three_steps(steps, c, Crash::Never)
+        })
+        .await;
+    assert_eq!(waited.unwrap(), 11, "the live run's outcome, replayed");
+    let took = start.elapsed();
+    assert!(
+        took >= LEASE * 3,
+        "got the outcome before it existed: {took:?}"
+    );
+    // The store wakes the waiter when the outcome is recorded.
+    assert!(
+        took <= LEASE * 3 + Duration::from_millis(5),
+        "saw the outcome late: {took:?}"
+    );
+    assert_eq!(owner.await.unwrap().unwrap(), 11);
+    assert_eq!(counts.get(), [1, 1, 0], "no step ran twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_does_not_wait_gets_in_progress_at_once_and_a_mismatch_always_does() {
+    let idem = idem();
+    let counts = Counts::default();
+    crash_after_step_a(&idem, &counts).await;
+    let start = Instant::now();
+    let c = counts.clone();
+    let refused = idem
+        .execute_steps("k", "body", move |steps| {
+            three_steps(steps, c, Crash::Never)
+        })
+        .await;
+    match refused {
+        Err(Error::InProgress { retry_after }) => {
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= LEASE,
+                "{retry_after:?}"
+            )
+        }
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO, "did not answer at once");
+    // The fingerprint is checked before the lease, even by a waiter.
+    let c = counts.clone();
+    let other_body = idem
+        .clone()
+        .with_wait(LEASE * 4)
+        .execute_steps("k", "other body", move |steps| {
+            three_steps(steps, c, Crash::Never)
+        })
+        .await;
+    assert!(matches!(other_body, Err(Error::Mismatch)), "{other_body:?}");
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "waited to refuse a mismatch"
+    );
+    assert_eq!(counts.get(), [1, 0, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_whose_wait_ends_before_the_lease_gets_in_progress_at_its_deadline() {
+    let idem = idem();
+    let counts = Counts::default();
+    crash_after_step_a(&idem, &counts).await;
+    let start = Instant::now();
+    let wait = LEASE / 3;
+    let c = counts.clone();
+    let waited = idem
+        .clone()
+        .with_wait(wait)
+        .execute_steps("k", "body", move |steps| {
+            three_steps(steps, c, Crash::Never)
+        })
+        .await;
+    assert!(
+        matches!(waited, Err(Error::InProgress { .. })),
+        "{waited:?}"
+    );
+    assert_eq!(start.elapsed(), wait, "gave up off its deadline");
+    assert_eq!(counts.get(), [1, 0, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiters_takeover_counts_toward_the_takeover_limit() {
+    let idem = idem();
+    let counts = Counts::default();
+    crash_after_step_a(&idem, &counts).await;
+    let c = counts.clone();
+    let settled = idem
+        .clone()
+        .with_wait(LEASE * 4)
+        .durable()
+        .with_max_takeovers(0)
+        .execute("k", "body", move |steps| {
+            three_steps(steps, c, Crash::Never)
+        })
+        .await;
+    match settled {
+        Err(Error::Steps(StepsError::Poisoned(p))) => assert_eq!(p.takeovers, 1),
+        other => panic!("expected Poisoned, got {other:?}"),
+    }
+    assert_eq!(counts.get(), [1, 0, 0]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -23,6 +23,11 @@ use serde::{Deserialize, Serialize};
 /// over (the default, 60 s, is for production).
 const LEASE: Duration = Duration::from_secs(2);
 
+/// How long a call waits for a crashed run's lease to lapse (then takes the
+/// order over) or for a live run's receipt, instead of answering
+/// `InProgress` at once.
+const WAIT: Duration = Duration::from_secs(5);
+
 #[derive(Serialize)]
 struct Order {
     sku: &'static str,
@@ -89,32 +94,17 @@ async fn checkout(idem: &Idempotent, shop: &Shop, id: &str) -> Result<Receipt, E
     .await
 }
 
-/// Checks out, waiting while a crashed run's lease on the order lapses.
-async fn checkout_retrying(
-    idem: &Idempotent,
-    shop: &Shop,
-    id: &str,
-) -> Result<Receipt, Error<String>> {
-    loop {
-        match checkout(idem, shop, id).await {
-            Err(Error::InProgress { retry_after }) => {
-                println!("a crashed run holds the order for {retry_after:?} more");
-                tokio::time::sleep(retry_after).await;
-            }
-            outcome => return outcome,
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::temp_dir().join("idem-durable-steps.db");
-    let idem = Idempotent::new(SqliteStore::open(&path).await?).with_lease(LEASE);
+    let idem = Idempotent::new(SqliteStore::open(&path).await?)
+        .with_lease(LEASE)
+        .with_wait(WAIT);
     let shop = Shop {
         crash_in_email: std::env::args().nth(1).as_deref() == Some("crash"),
         ..Shop::default()
     };
-    let receipt = checkout_retrying(&idem, &shop, "order-7f3a").await?;
+    let receipt = checkout(&idem, &shop, "order-7f3a").await?;
     println!("{receipt:?} (kept in {})", path.display());
     Ok(())
 }
@@ -144,15 +134,13 @@ mod tests {
         assert!(crashed.await.unwrap_err().is_panic());
         assert_eq!(*shop.done.lock().unwrap(), ["reserve", "charge"]);
 
-        // A new process on the same file takes the order over once the lease
-        // lapses and runs only the step that was not recorded.
-        let idem = Idempotent::new(SqliteStore::open(&path).await.unwrap()).with_lease(lease);
+        // A new process on the same file waits for the lease to lapse, takes
+        // the order over and runs only the step that was not recorded.
+        let idem = Idempotent::new(SqliteStore::open(&path).await.unwrap())
+            .with_lease(lease)
+            .with_wait(Duration::from_secs(30));
         let shop = Shop::default();
-        let resume = checkout_retrying(&idem, &shop, "order-7f3a");
-        let receipt = tokio::time::timeout(Duration::from_secs(30), resume)
-            .await
-            .expect("the crashed run's lease never lapsed")
-            .unwrap();
+        let receipt = checkout(&idem, &shop, "order-7f3a").await.unwrap();
         assert_eq!(*shop.done.lock().unwrap(), ["email"]);
 
         // The finished order replays its receipt; nothing runs.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::machine::{decide, Decision};
-use crate::store::{Insert, NewRecord, State, Token};
+use crate::store::{Insert, NewRecord, Record, State, Token};
 use crate::{Error, Fingerprint, Idempotent, Key, Lease, When};
 
 use super::journal::{replay_failure, Journal, PoisonedRecord};
@@ -24,8 +24,9 @@ use super::{Poisoned, StepsError, DEFAULT_MAX_TAKEOVERS};
 // changed the record; a few rounds settle it.
 const MAX_LOST_TAKEOVERS: usize = 8;
 
-// The longest lease a caller waits out instead of answering `InProgress`:
-// a hand-over's (the shortest lease), with room for a slow store clock.
+// The longest lease a caller that does not wait (no `with_wait`) still
+// waits out instead of answering `InProgress`: a hand-over's (the
+// shortest lease), with room for a slow store clock.
 const HANDED_OVER: Duration = Duration::from_millis(10);
 
 /// Runs durable steps: [`Idempotent::execute`] for work made of several
@@ -91,6 +92,13 @@ impl Durable {
     /// * An error from `work` (for example a step's [`Error::Work`]) is
     ///   returned; the recorded steps are kept and the key is handed to the
     ///   next call at once, which resumes after the last recorded step.
+    /// * [`Error::InProgress`] while another call holds the key. A handle
+    ///   made [`with_wait`](Idempotent::with_wait) waits instead, as
+    ///   [`Idempotent::execute`] does: it replays the outcome once it is
+    ///   recorded, or takes the key over once the lease lapses (a takeover
+    ///   like any other, resuming after the last recorded step), so a retry
+    ///   after a crash resumes as soon as the store allows.
+    /// * [`Error::Mismatch`] at once, waiting or not, for another body.
     /// * [`StepsError::Diverged`] when the run's steps differ from the
     ///   recorded ones; [`StepsError::Poisoned`] once the key was taken over
     ///   more than the allowed number of times (to this call and every later
@@ -183,6 +191,7 @@ impl Durable {
         let store = self.idem.store();
         let lease = self.idem.lease();
         let retention = crate::store::clamp::retention(self.idem.retention(), lease);
+        let mut waiter = self.idem.waiter();
         let mut lost_takeovers = 0;
         loop {
             let token = Token::random();
@@ -206,18 +215,9 @@ impl Durable {
                 Ok(Insert::Found(found)) => found,
                 Err(source) => return Err(Error::store(source, When::BeforeWork)),
             };
-            let old = match decide(&found, &fingerprint.into()) {
+            let left = match decide(&found, &fingerprint.into()) {
                 Decision::Mismatch => return Err(Error::Mismatch),
-                // A key handed over by a failed run has a lease of a
-                // moment: wait that moment rather than refuse the resume.
-                Decision::InProgress(left)
-                    if left <= HANDED_OVER && lost_takeovers < MAX_LOST_TAKEOVERS =>
-                {
-                    lost_takeovers += 1;
-                    tokio::time::sleep(left.max(crate::store::clamp::SHORTEST)).await;
-                    continue;
-                }
-                Decision::InProgress(retry_after) => return Err(Error::InProgress { retry_after }),
+                Decision::InProgress(left) => left,
                 Decision::Replay if found.state == State::Failed => {
                     return Err(replay_failure(&found.payload))
                 }
@@ -226,58 +226,89 @@ impl Durable {
                         .map(Claimed::Replayed)
                         .map_err(Error::Decode)
                 }
-                Decision::TakeOver(old) => old,
-            };
-            // The journal read here is the one the takeover replaces: every
-            // recorded step rotates the token, so a step recorded since this
-            // read makes the takeover below fail.
-            let mut journal = Journal::decode(&found.payload).map_err(Error::Decode)?;
-            if !journal.handed_over {
-                journal.takeovers += 1;
-            }
-            journal.handed_over = false;
-            if journal.takeovers > self.max_takeovers {
-                let poisoned = Poisoned {
-                    takeovers: journal.takeovers,
-                    steps: journal.steps.iter().map(|s| s.name.clone()).collect(),
-                };
-                let payload = serde_json::to_vec(&PoisonedRecord {
-                    idem_poisoned: poisoned.clone(),
-                })
-                .map_err(Error::Encode)?;
-                let settle = NewRecord {
-                    token,
-                    fingerprint,
-                    state: State::Failed,
-                    payload: &payload,
-                    lease: None,
-                    retention: self.idem.retention(),
-                };
-                match store.take_over(key.as_str(), old, &settle).await {
-                    Ok(true) => {
-                        tracing::warn!(%key, takeovers = poisoned.takeovers,
-                            "durable steps taken over too often; settled as failed");
-                        return Err(Error::Steps(StepsError::Poisoned(poisoned)));
+                Decision::TakeOver(old) => match self.take_over(&key, old, &found, &claim).await? {
+                    Some(journal) => {
+                        return Ok(Claimed::Run(self.steps(key, token, fingerprint, journal)))
                     }
-                    Ok(false) if lost_takeovers < MAX_LOST_TAKEOVERS => {
+                    // Another caller changed the record: look again.
+                    None if lost_takeovers < MAX_LOST_TAKEOVERS => {
                         lost_takeovers += 1;
                         continue;
                     }
-                    Ok(false) => return Err(Error::InProgress { retry_after: lease }),
-                    Err(source) => return Err(Error::store(source, When::BeforeWork)),
-                }
-            }
-            let payload = journal.encode();
-            let record = NewRecord {
-                payload: &payload,
-                ..claim
+                    None => lease,
+                },
             };
-            match store.take_over(key.as_str(), old, &record).await {
-                Ok(true) => return Ok(Claimed::Run(self.steps(key, token, fingerprint, journal))),
-                Ok(false) if lost_takeovers < MAX_LOST_TAKEOVERS => lost_takeovers += 1,
-                Ok(false) => return Err(Error::InProgress { retry_after: lease }),
-                Err(source) => return Err(Error::store(source, When::BeforeWork)),
+            // As `Idempotent::begin` waits: until the record settles or the
+            // lease lapses, and then the next look replays or takes over.
+            if waiter.wait(&**store, key.as_str(), left).await {
+                continue;
             }
+            // A key handed over by a failed run has a lease of a moment:
+            // wait that moment rather than refuse the resume.
+            if left <= HANDED_OVER && lost_takeovers < MAX_LOST_TAKEOVERS {
+                lost_takeovers += 1;
+                tokio::time::sleep(left.max(crate::store::clamp::SHORTEST)).await;
+                continue;
+            }
+            return Err(Error::InProgress { retry_after: left });
+        }
+    }
+
+    /// Takes the key over from `old` with the journal of `found`: the
+    /// journal to resume from, or `None` when another caller changed the
+    /// record first. Settles the key as [`Poisoned`] instead once it has
+    /// been taken over too often.
+    async fn take_over<E>(
+        &self,
+        key: &Key,
+        old: Token,
+        found: &Record,
+        claim: &NewRecord<'_>,
+    ) -> Result<Option<Journal>, Error<E>> {
+        let store = self.idem.store();
+        // The journal read here is the one the takeover replaces: every
+        // recorded step rotates the token, so a step recorded since this
+        // read makes the takeover below fail.
+        let mut journal = Journal::decode(&found.payload).map_err(Error::Decode)?;
+        if !journal.handed_over {
+            journal.takeovers += 1;
+        }
+        journal.handed_over = false;
+        if journal.takeovers > self.max_takeovers {
+            let poisoned = Poisoned {
+                takeovers: journal.takeovers,
+                steps: journal.steps.iter().map(|s| s.name.clone()).collect(),
+            };
+            let payload = serde_json::to_vec(&PoisonedRecord {
+                idem_poisoned: poisoned.clone(),
+            })
+            .map_err(Error::Encode)?;
+            let settle = NewRecord {
+                state: State::Failed,
+                payload: &payload,
+                lease: None,
+                retention: self.idem.retention(),
+                ..*claim
+            };
+            return match store.take_over(key.as_str(), old, &settle).await {
+                Ok(true) => {
+                    tracing::warn!(%key, takeovers = poisoned.takeovers,
+                        "durable steps taken over too often; settled as failed");
+                    Err(Error::Steps(StepsError::Poisoned(poisoned)))
+                }
+                Ok(false) => Ok(None),
+                Err(source) => Err(Error::store(source, When::BeforeWork)),
+            };
+        }
+        let payload = journal.encode();
+        let record = NewRecord {
+            payload: &payload,
+            ..*claim
+        };
+        match store.take_over(key.as_str(), old, &record).await {
+            Ok(true) => Ok(Some(journal)),
+            Ok(false) => Ok(None),
+            Err(source) => Err(Error::store(source, When::BeforeWork)),
         }
     }
 
