@@ -31,6 +31,11 @@ use crate::queue::{Enqueued, NewJob, Queue, QueueError};
 ///   took a job for the same (source, event id) within its retention (at
 ///   least [`DEFAULT_RETENTION`](crate::queue::DEFAULT_RETENTION), the
 ///   longest a common provider resends), whatever the payload.
+/// * It SHOULD likewise return [`Enqueued::Duplicate`] when a job it took
+///   carries one of the job's [`dedupe_keys`](NewJob::dedupe_keys), as
+///   every [`Queue`] must. A target that ignores them dedupes on the event
+///   id alone, and lets a GitHub delivery resent under a new delivery id
+///   through as a new event.
 /// * A failure MAY leave the job added (the failure came after the request
 ///   was sent). The provider resends, and the resend MAY add the job a
 ///   second time only where whoever handles the jobs dedupes them on the

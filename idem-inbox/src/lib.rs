@@ -1,10 +1,11 @@
 //! Webhooks in, verified, queued durably, each event handled once — with
 //! retries, backoff and dead letters.
 //!
-//! The flow: receive → [`verify`] → dedupe on (source, event id) → enqueue
-//! durably on a [`queue`] → answer 2xx → a [`Worker`] claims the job and runs
-//! its [`Handler`] under idem's `execute` keyed by the event → done, retry
-//! later with [`Backoff`], or dead letter.
+//! The flow: receive → [`verify`] → dedupe on (source, event id), and on
+//! the body's digest where the signature covers neither the id nor a
+//! timestamp → enqueue durably on a [`queue`] → answer 2xx → a [`Worker`]
+//! claims the job and runs its [`Handler`] under idem's `execute` keyed by
+//! the event → done, retry later with [`Backoff`], or dead letter.
 //!
 //! ```no_run
 //! use std::sync::Arc;

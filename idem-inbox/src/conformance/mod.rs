@@ -93,6 +93,7 @@ macro_rules! __queue_cases {
                 enqueued_job_is_claimed_with_its_fields,
                 duplicate_event_is_reported_and_queued_once,
                 same_event_id_from_another_source_is_another_job,
+                dedupe_key_makes_another_event_id_a_duplicate,
                 completed_event_is_still_a_duplicate,
                 delayed_job_is_not_due_before_its_delay,
                 concurrent_enqueues_queue_each_event_once,

@@ -49,8 +49,13 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(3 * 24 * 60 * 60);
 /// * [`enqueue`](Queue::enqueue) MUST insert a pending job due after the
 ///   job's delay when the queue holds no job for its (source, event id), and
 ///   MUST otherwise insert nothing and return [`Enqueued::Duplicate`] —
-///   whatever state the held job is in. A completed job MAY be forgotten
-///   once the retention has passed since it was enqueued, and not before.
+///   whatever state the held job is in. It MUST likewise return
+///   [`Enqueued::Duplicate`] when a held job carries, among its
+///   [`dedupe_keys`](NewJob::dedupe_keys), one of the new job's, and
+///   MUST remember the new job's keys with whichever job it returns (a
+///   job enqueued by an earlier build, held by its event id, then gains
+///   them). A completed job MAY be forgotten, with its keys, once the
+///   retention has passed since it was enqueued, and not before.
 /// * [`claim`](Queue::claim) MUST return at most `max` jobs, each due (pending
 ///   with `run_after` passed, or running with its lease lapsed), MUST give
 ///   each a new token and a lease of `lease` from now on the backend's clock,
@@ -72,7 +77,8 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(3 * 24 * 60 * 60);
 ///   one), so workers with skewed clocks cannot steal a live lease.
 #[async_trait]
 pub trait Queue: Send + Sync + fmt::Debug + 'static {
-    /// Adds `job` unless the queue already holds its (source, event id).
+    /// Adds `job` unless the queue already holds its (source, event id) or
+    /// one of its (source, dedupe key).
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError>;
 
     /// Claims up to `max` due jobs, each held for `lease`.
@@ -191,6 +197,12 @@ pub struct NewJob {
     pub payload: Vec<u8>,
     /// How long after enqueueing the job becomes due.
     pub delay: Duration,
+    /// Further keys, within the source, the job is deduped on besides its
+    /// event id: the [`Receiver`](crate::Receiver) adds the body's digest
+    /// (`sha256:<hex>`) for schemes whose signature covers neither the id
+    /// nor a timestamp, so a captured delivery resent under a new id is
+    /// still a duplicate. Empty for most jobs.
+    pub dedupe_keys: Vec<String>,
 }
 
 impl NewJob {
@@ -205,7 +217,15 @@ impl NewJob {
             event_id: event_id.into(),
             payload: payload.into(),
             delay: Duration::ZERO,
+            dedupe_keys: Vec::new(),
         }
+    }
+
+    /// Also a duplicate of whichever held job carries `key` among its
+    /// [`dedupe_keys`](NewJob::dedupe_keys).
+    pub fn with_dedupe_key(mut self, key: impl Into<String>) -> NewJob {
+        self.dedupe_keys.push(key.into());
+        self
     }
 
     /// Due only after `delay`.

@@ -70,8 +70,13 @@ pub struct PostgresQueue {
 /// The statements, built once from the validated table name.
 #[derive(Debug, Clone)]
 struct Sql {
-    schema: [String; 3],
+    schema: [String; 5],
     enqueue: String,
+    /// Serialises the enqueues that share a dedupe key, held by key, and
+    /// names the job with the keys.
+    lock_key: String,
+    held_by_key: String,
+    remember_keys: String,
     enqueue_group: String,
     duplicate: String,
     duplicates: String,
@@ -124,7 +129,32 @@ impl Sql {
                 ),
                 format!("CREATE INDEX IF NOT EXISTS {t}_due ON {t} (run_after) WHERE state = 'pending'"),
                 format!("CREATE INDEX IF NOT EXISTS {t}_lease ON {t} (lease_until) WHERE state = 'running'"),
+                // No foreign key: it would make a plain `DROP TABLE` of the
+                // jobs fail, and the purge deletes a job's keys with it.
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t}_keys (
+                        source TEXT   NOT NULL,
+                        key    TEXT   NOT NULL,
+                        job_id BIGINT NOT NULL,
+                        PRIMARY KEY (source, key))"
+                ),
+                format!("CREATE INDEX IF NOT EXISTS {t}_keys_job ON {t}_keys (job_id)"),
             ],
+            lock_key: format!(
+                // A collision of the hashes only makes two enqueues wait
+                // for each other.
+                "SELECT pg_advisory_xact_lock(hashtext('{t}/' || $1), hashtext($2))"
+            ),
+            held_by_key: format!(
+                "SELECT j.id FROM {t}_keys AS k JOIN {t} AS j ON j.id = k.job_id
+                 WHERE k.source = $1 AND k.key = ANY($2)
+                   AND NOT (j.state = 'done' AND j.dedupe_until <= now())
+                 LIMIT 1"
+            ),
+            remember_keys: format!(
+                "INSERT INTO {t}_keys (source, key, job_id) SELECT $1, unnest($2::text[]), $3
+                 ON CONFLICT (source, key) DO UPDATE SET job_id = excluded.job_id"
+            ),
             enqueue: format!(
                 "INSERT INTO {t} AS j
                      (source, event_id, payload, state, attempts, run_after, history, dedupe_until)
@@ -223,9 +253,13 @@ impl Sql {
                  WHERE id = $1 AND state = 'dead'"
             ),
             purge: format!(
-                "DELETE FROM {t} WHERE id IN (
-                     SELECT id FROM {t} WHERE state = 'done' AND dedupe_until <= now()
-                     LIMIT $1 FOR UPDATE SKIP LOCKED)"
+                "WITH gone AS (
+                     DELETE FROM {t} WHERE id IN (
+                         SELECT id FROM {t} WHERE state = 'done' AND dedupe_until <= now()
+                         LIMIT $1 FOR UPDATE SKIP LOCKED)
+                     RETURNING id),
+                 keys AS (DELETE FROM {t}_keys WHERE job_id IN (SELECT id FROM gone))
+                 SELECT count(*) FROM gone"
             ),
             depth: format!("SELECT count(*) FROM {t} WHERE state IN ('pending', 'running')"),
         }
@@ -319,7 +353,9 @@ impl PostgresQueue {
 
     /// Creates the table and indexes if they are missing, and brings a
     /// table an earlier build made up to date (its jobs keep their state and
-    /// count no lapses yet); safe to call again.
+    /// count no lapses yet); safe to call again. The jobs' dedupe keys
+    /// ([`NewJob::dedupe_keys`](crate::queue::NewJob::dedupe_keys)) live
+    /// beside them in `<table>_keys`.
     pub async fn migrate(&self) -> Result<(), QueueError> {
         for statement in &self.sql.schema {
             sqlx::query(statement)
@@ -396,6 +432,74 @@ async fn enqueue_one(
     }
 }
 
+/// Enqueues a job with dedupe keys: under an advisory lock per key, so
+/// two deliveries sharing a key cannot both miss it, it is a duplicate of
+/// the live job a key names, else inserted (or held) by its event id; the
+/// keys then name the job returned.
+async fn enqueue_keyed(
+    pool: &PgPool,
+    sql: &Sql,
+    retention_ms: i64,
+    job: NewJob,
+) -> Result<Enqueued, QueueError> {
+    let mut keys = job.dedupe_keys.clone();
+    // One order for every caller, so two keyed enqueues cannot deadlock.
+    keys.sort();
+    keys.dedup();
+    let mut tx = pool.begin().await.map_err(backend)?;
+    for key in &keys {
+        sqlx::query(&sql.lock_key)
+            .bind(&job.source)
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+    }
+    let held: Option<i64> = sqlx::query_scalar(&sql.held_by_key)
+        .bind(&job.source)
+        .bind(&keys)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+    let enqueued = match held {
+        Some(id) => Enqueued::Duplicate(JobId::new(id.to_string())),
+        None => loop {
+            let inserted: Option<i64> = sqlx::query_scalar(&sql.enqueue)
+                .bind(&job.source)
+                .bind(&job.event_id)
+                .bind(&job.payload)
+                .bind(millis(job.delay) as f64)
+                .bind(retention_ms as f64)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+            if let Some(id) = inserted {
+                break Enqueued::New(JobId::new(id.to_string()));
+            }
+            // As in `enqueue_one`: the conflicting row is there unless a
+            // purge removed it in between.
+            let held: Option<i64> = sqlx::query_scalar(&sql.duplicate)
+                .bind(&job.source)
+                .bind(&job.event_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend)?;
+            if let Some(id) = held {
+                break Enqueued::Duplicate(JobId::new(id.to_string()));
+            }
+        },
+    };
+    sqlx::query(&sql.remember_keys)
+        .bind(&job.source)
+        .bind(&keys)
+        .bind(parse_id(enqueued.id()))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+    tx.commit().await.map_err(backend)?;
+    Ok(enqueued)
+}
+
 /// The parameters a fenced statement takes after the id and the token.
 enum Extra<'a> {
     None,
@@ -449,6 +553,11 @@ fn info(row: &PgRow) -> Result<JobInfo, QueueError> {
 impl Queue for PostgresQueue {
     async fn enqueue(&self, job: NewJob) -> Result<Enqueued, QueueError> {
         let retention = millis(self.retention);
+        if !job.dedupe_keys.is_empty() {
+            // Checked and written in one transaction of its own, outside
+            // the grouped statements, which know only the event id.
+            return enqueue_keyed(&self.pool, &self.sql, retention, job).await;
+        }
         match &self.groups {
             Some(groups) => groups.enqueue(&self.pool, &self.sql, retention, job).await,
             None => enqueue_one(&self.pool, &self.sql, retention, job).await,
@@ -555,12 +664,12 @@ impl Queue for PostgresQueue {
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, QueueError> {
-        let done = sqlx::query(&self.sql.purge)
+        let deleted: i64 = sqlx::query_scalar(&self.sql.purge)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
+            .fetch_one(&self.pool)
             .await
             .map_err(backend)?;
-        Ok(done.rows_affected())
+        Ok(u64::try_from(deleted).unwrap_or(0))
     }
 
     async fn depth(&self) -> Result<Option<u64>, QueueError> {

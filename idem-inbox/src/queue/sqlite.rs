@@ -34,6 +34,13 @@ CREATE TABLE IF NOT EXISTS inbox_jobs (
 );
 CREATE INDEX IF NOT EXISTS inbox_jobs_due ON inbox_jobs (state, run_after);
 CREATE INDEX IF NOT EXISTS inbox_jobs_lease ON inbox_jobs (state, lease_until);
+CREATE TABLE IF NOT EXISTS inbox_job_keys (
+    source TEXT    NOT NULL,
+    key    TEXT    NOT NULL,
+    job_id INTEGER NOT NULL,
+    PRIMARY KEY (source, key)
+);
+CREATE INDEX IF NOT EXISTS inbox_job_keys_job ON inbox_job_keys (job_id);
 ";
 
 const JOB_COLUMNS: &str = "id, source, event_id, payload, attempts, lapses, last_error, token";
@@ -225,8 +232,54 @@ fn enqueue_group(conn: &mut Connection, group: Vec<PendingEnqueue>, retention: i
     }
 }
 
-/// Inserts `job` unless its event is held, within the caller's transaction.
+/// Inserts `job` unless its event, or one of its dedupe keys, is held,
+/// within the caller's transaction; the keys then name whichever job it
+/// returns.
 fn enqueue_one(
+    tx: &rusqlite::Transaction<'_>,
+    job: &NewJob,
+    now: i64,
+    retention: i64,
+) -> rusqlite::Result<Enqueued> {
+    let enqueued = match held_by_key(tx, job, now)? {
+        Some(id) => Enqueued::Duplicate(JobId::new(id.to_string())),
+        None => enqueue_by_id(tx, job, now, retention)?,
+    };
+    for key in &job.dedupe_keys {
+        tx.prepare_cached(
+            "INSERT INTO inbox_job_keys (source, key, job_id) VALUES (?1, ?2, ?3)
+             ON CONFLICT (source, key) DO UPDATE SET job_id = excluded.job_id",
+        )?
+        .execute(params![job.source, key, parse_id(enqueued.id())])?;
+    }
+    Ok(enqueued)
+}
+
+/// The live job one of `job`'s dedupe keys names. A key outlives nothing:
+/// it counts only while its job would still dedupe by its event id.
+fn held_by_key(
+    tx: &rusqlite::Transaction<'_>,
+    job: &NewJob,
+    now: i64,
+) -> rusqlite::Result<Option<i64>> {
+    for key in &job.dedupe_keys {
+        let held: Option<i64> = tx
+            .prepare_cached(
+                "SELECT j.id FROM inbox_job_keys AS k JOIN inbox_jobs AS j ON j.id = k.job_id
+                 WHERE k.source = ?1 AND k.key = ?2
+                   AND NOT (j.state = 'done' AND j.dedupe_until <= ?3)",
+            )?
+            .query_row(params![job.source, key, now], |row| row.get(0))
+            .optional()?;
+        if held.is_some() {
+            return Ok(held);
+        }
+    }
+    Ok(None)
+}
+
+/// Inserts `job` unless its event id is held.
+fn enqueue_by_id(
     tx: &rusqlite::Transaction<'_>,
     job: &NewJob,
     now: i64,
@@ -511,12 +564,24 @@ impl Queue for SqliteQueue {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let deleted = self
             .run(move |conn| {
-                conn.execute(
+                // The same rows twice (ordered, in one transaction): a
+                // job's dedupe keys go with it.
+                let tx = conn.transaction()?;
+                let now = now_ms();
+                tx.execute(
+                    "DELETE FROM inbox_job_keys WHERE job_id IN (
+                         SELECT id FROM inbox_jobs
+                         WHERE state = 'done' AND dedupe_until <= ?1 ORDER BY id LIMIT ?2)",
+                    params![now, limit],
+                )?;
+                let deleted = tx.execute(
                     "DELETE FROM inbox_jobs WHERE id IN (
                          SELECT id FROM inbox_jobs
-                         WHERE state = 'done' AND dedupe_until <= ?1 LIMIT ?2)",
-                    params![now_ms(), limit],
-                )
+                         WHERE state = 'done' AND dedupe_until <= ?1 ORDER BY id LIMIT ?2)",
+                    params![now, limit],
+                )?;
+                tx.commit()?;
+                Ok(deleted)
             })
             .await?;
         Ok(deleted as u64)

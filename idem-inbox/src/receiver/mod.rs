@@ -24,7 +24,11 @@ mod axum;
 pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 
 /// Receives one source's webhooks: verifies each delivery over its raw
-/// bytes, finds its event id, and enqueues it once per (source, event id).
+/// bytes, finds its event id, and enqueues it once per (source, event id)
+/// — and, where the signature covers neither the id nor a timestamp
+/// ([`Verified::replayable`](crate::verify::Verified::replayable),
+/// GitHub), once per (source, body digest) as well, so a captured
+/// delivery resent under a new id is a duplicate.
 /// The handler never runs inside the request; the provider gets its 2xx as
 /// soon as the job is durable.
 ///
@@ -176,11 +180,15 @@ impl Receiver {
             Some(id) => id,
             None => self.event_id_from_body(body)?,
         };
-        match self
-            .queue
-            .enqueue(NewJob::new(&self.source, event_id, body))
-            .await?
-        {
+        let mut job = NewJob::new(&self.source, event_id, body);
+        if verified.replayable {
+            // The id is not signed: the signed body is what identifies the
+            // event, so a resend under a new id is still a duplicate. The id
+            // stays the job's key, so events queued by earlier builds, and
+            // GitHub's own redeliveries, dedupe as they did.
+            job = job.with_dedupe_key(body_key(body));
+        }
+        match self.queue.enqueue(job).await? {
             Enqueued::New(id) => Ok(Received::Enqueued(id)),
             Enqueued::Duplicate(id) => Ok(Received::Duplicate(id)),
         }
@@ -229,4 +237,10 @@ impl Receiver {
             }
         }
     }
+}
+
+/// The dedupe key of a signed body: `sha256:` and the hex of its SHA-256.
+pub fn body_key(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
 }

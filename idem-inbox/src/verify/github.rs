@@ -10,10 +10,16 @@ const DELIVERY: &str = "x-github-delivery";
 /// GitHub's scheme.
 ///
 /// The signature is `sha256=` followed by `hex(HMAC-SHA256(secret, body))`
-/// under the webhook secret's bytes. GitHub signs no timestamp, so a
-/// captured delivery can be replayed; the dedupe on the event id (the
-/// `X-GitHub-Delivery` header, which is not signed) is what makes a replay
-/// harmless. Several secrets may be configured for rotation.
+/// under the webhook secret's bytes. It covers the body only: GitHub signs
+/// no timestamp and not the `X-GitHub-Delivery` header that gives the
+/// event id, so a captured delivery verifies forever, under any delivery
+/// id. The verifier marks it [`replayable`](Verified::replayable), and the
+/// receiver dedupes it on the body's digest as well as on the id: a resend
+/// under a new id is a duplicate, and so is GitHub's own redelivery, which
+/// keeps the id. Two distinct events with byte-identical bodies would be
+/// one; GitHub's bodies describe the event (its objects, their ids and
+/// times), so distinct events differ in practice. Several secrets may be
+/// configured for rotation.
 #[derive(Debug, Clone)]
 pub struct GitHub {
     secrets: Secrets,
@@ -64,6 +70,7 @@ impl Verifier for GitHub {
         Ok(Verified {
             event_id,
             timestamp: None,
+            replayable: true,
         })
     }
 }

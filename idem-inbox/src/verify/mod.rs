@@ -6,6 +6,28 @@
 //! deliveries outside a tolerance window on either side of now (five minutes
 //! by default), which bounds how long a captured delivery can be replayed.
 //!
+//! # What each scheme signs, and what a replay can do
+//!
+//! Someone who captured a genuine delivery can send it again, and can
+//! change whatever the signature does not cover. The
+//! [`Receiver`](crate::Receiver) dedupes on (source, event id), and on
+//! the body's digest where the id is not signed and no timestamp bounds
+//! the resend:
+//!
+//! | Scheme | Signed | A replay can | A replay cannot |
+//! |---|---|---|---|
+//! | [`StandardWebhooks`] | id, timestamp, body | resend it verbatim within the tolerance: a duplicate by its id | change the id, or resend it once the tolerance has passed |
+//! | [`Stripe`] | timestamp, body (whose `id` is the event id) | resend it verbatim within the tolerance: a duplicate by its id | change the id, or resend it once the tolerance has passed |
+//! | [`GitHub`] | body | resend it at any time, under any `X-GitHub-Delivery`: a duplicate by the body's digest (and by the id, when it keeps it) | change the body |
+//! | [`SecretHeader`] | nothing: the secret itself travels | resend it at any time: a duplicate by the id in its body; and, holding the secret, send any body at all | — |
+//!
+//! The shared-secret scheme dedupes on its event id only. Its id is read
+//! from the body (Telegram's `update_id`), so a verbatim resend already
+//! has the id of the first; a body digest would stop only a changed body,
+//! and whoever captured one delivery holds the secret and can forge any
+//! body, id and all. What bounds it is keeping the secret and the
+//! transport (TLS) private.
+//!
 //! Every failure is a [`VerifyError`]; nothing here panics on hostile input.
 //! Verify before parsing: a body re-serialised from parsed JSON is not the
 //! body that was signed, and fails.
@@ -36,22 +58,31 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 pub trait Verifier: Send + Sync + fmt::Debug + 'static {
     /// Verifies `body`, the raw bytes received, against `headers`.
     ///
-    /// Returns what the signature vouches for: the event id when the scheme
-    /// carries one in a header.
+    /// Returns what the verification found: the event id when the scheme
+    /// carries one in a header, the signed timestamp, and whether the
+    /// signature leaves a verbatim resend under a new id open
+    /// ([`Verified::replayable`]). Only what the signature covers is
+    /// vouched for; each scheme's docs say what that is.
     fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<Verified, VerifyError>;
 }
 
-/// What a successful verification vouches for.
+/// What a successful verification found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Verified {
     /// The event id from the scheme's header (`webhook-id`,
     /// `X-GitHub-Delivery`), when it has one. Stripe and Telegram put theirs
-    /// in the payload.
+    /// in the payload. Standard Webhooks signs it; GitHub does not, so a
+    /// sender may put any id beside a body it captured.
     pub event_id: Option<String>,
     /// The signed timestamp, in seconds since the Unix epoch, when the
     /// scheme signs one.
     pub timestamp: Option<i64>,
+    /// The signature covers the body but neither the event id nor a
+    /// timestamp (GitHub): a captured delivery verifies forever under any
+    /// id, so the [`Receiver`](crate::Receiver) dedupes it on the body's
+    /// digest as well as on the id.
+    pub replayable: bool,
 }
 
 /// Why a delivery failed verification.

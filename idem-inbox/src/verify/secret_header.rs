@@ -12,6 +12,12 @@ use super::{constant_time_eq, SecretError, Secrets, Verified, Verifier, VerifyEr
 /// secret; use it where the provider offers nothing better (Telegram's
 /// `setWebhook` `secret_token`). The header is compared in constant time
 /// against each configured secret.
+///
+/// A captured delivery gives away the secret itself, so it can be resent,
+/// or any other body sent, at any time. The receiver dedupes on the event
+/// id read from the body, which a verbatim resend repeats; it adds no body
+/// digest, which would stop nothing a holder of the secret cannot forge
+/// around (see the [module docs](super)).
 #[derive(Debug, Clone)]
 pub struct SecretHeader {
     header: HeaderName,

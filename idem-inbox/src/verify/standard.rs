@@ -122,6 +122,7 @@ impl Verifier for StandardWebhooks {
         Ok(Verified {
             event_id: Some(id.to_owned()),
             timestamp: Some(timestamp),
+            replayable: false,
         })
     }
 }

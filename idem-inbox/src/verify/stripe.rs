@@ -109,6 +109,7 @@ impl Verifier for Stripe {
         Ok(Verified {
             event_id: None,
             timestamp: Some(timestamp),
+            replayable: false,
         })
     }
 }

@@ -23,9 +23,13 @@ pub async fn postgres_pool(size: u32) -> Option<PgPool> {
     idem_testing::sql_pool(Server::Postgres, &postgres_url(), size).await
 }
 
-/// Drops `table` on the server under test when dropped.
+/// Drops `table`, and the dedupe keys a queue keeps beside it, on the
+/// server under test when dropped.
 pub fn drop_table(table: &str) -> Cleanup {
-    Cleanup::postgres(&postgres_url(), format!("DROP TABLE IF EXISTS {table}"))
+    Cleanup::postgres(
+        &postgres_url(),
+        format!("DROP TABLE IF EXISTS {table}, {table}_keys"),
+    )
 }
 
 /// A migrated queue on a fresh table of `pool`, and the guard dropping it.

@@ -55,6 +55,57 @@ pub async fn duplicate_event_is_reported_and_queued_once(factory: &dyn QueueFact
     assert_eq!(held, Enqueued::Duplicate(id));
 }
 
+/// A job is a duplicate of the held job one of its dedupe keys names, under
+/// any event id; a job held by its id alone gains the keys it comes with.
+pub async fn dedupe_key_makes_another_event_id_a_duplicate(factory: &dyn QueueFactory) {
+    let fixture = factory.fixture().await;
+    let queue = fixture.queue();
+    let src = source("keys");
+    let keyed = enqueue_new(
+        &*queue,
+        NewJob::new(&src, "e1", b"a".to_vec()).with_dedupe_key("k1"),
+    )
+    .await;
+    let again = queue
+        .enqueue(NewJob::new(&src, "e2", b"a".to_vec()).with_dedupe_key("k1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Enqueued::Duplicate(keyed.clone()),
+        "a held dedupe key was missed"
+    );
+    // Held by its id only (as an earlier build queued it): the key it is
+    // enqueued with again names it from then on.
+    let plain = enqueue_new(&*queue, NewJob::new(&src, "e3", b"b".to_vec())).await;
+    let by_id = queue
+        .enqueue(NewJob::new(&src, "e3", b"b".to_vec()).with_dedupe_key("k3"))
+        .await
+        .unwrap();
+    assert_eq!(by_id, Enqueued::Duplicate(plain.clone()));
+    let by_key = queue
+        .enqueue(NewJob::new(&src, "e4", b"b".to_vec()).with_dedupe_key("k3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        by_key,
+        Enqueued::Duplicate(plain),
+        "the key was not remembered"
+    );
+    // Another key, or the same key from another source, is another job.
+    enqueue_new(
+        &*queue,
+        NewJob::new(&src, "e5", b"c".to_vec()).with_dedupe_key("k5"),
+    )
+    .await;
+    enqueue_new(
+        &*queue,
+        NewJob::new(source("keys"), "e6", b"a".to_vec()).with_dedupe_key("k1"),
+    )
+    .await;
+    assert_eq!(claim(&*queue, 10, LONG).await.len(), 4);
+}
+
 /// The dedupe key is the pair: one event id under two sources is two jobs.
 pub async fn same_event_id_from_another_source_is_another_job(factory: &dyn QueueFactory) {
     let fixture = factory.fixture().await;
