@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::store::{State, Store, StoreErrorKind, StoreTx, TxFuture};
-use idem_core::{Begin, Error, Fingerprint, Idempotent, Lease};
+use idem_core::store::{State, Store, StoreErrorKind, StoreTx, TxFuture, Uncommitted};
+use idem_core::{Begin, BeginJson, Error, Fingerprint, Idempotent, Lease};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -101,6 +101,14 @@ pub trait TxStore: Send + Sync + 'static {
         &self,
         lease: &Lease,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The store's `complete_in` for `lease` in `tx`, as an application
+    /// calls it: the guard that ends with the transaction.
+    fn complete_in<'a>(
+        tx: &'a mut Self::Tx,
+        lease: Lease,
+        payload: &'a [u8],
+    ) -> impl Future<Output = Result<Uncommitted, Error>> + Send + 'a;
 }
 
 /// Builds a fresh [`TxStore`] for each case, or `None` (with the reason
@@ -194,6 +202,23 @@ impl<S: TxStore> Kit<S> {
         match self.idem.begin(key, Fingerprint::of_bytes(b"b")).await {
             Ok(Begin::Run(lease)) => lease,
             other => panic!("expected to run, got {other:?}"),
+        }
+    }
+
+    /// The lease `charge(key, amount)` would claim.
+    async fn claim(&self, key: &str, amount: i64) -> Lease {
+        match self.idem.begin_json::<_, i64, String>(key, &amount).await {
+            Ok(BeginJson::Run(lease)) => lease,
+            other => panic!("expected to run, got {other:?}"),
+        }
+    }
+
+    /// Polls until `key` holds no record, within [`PATIENCE`].
+    async fn released(&self, key: &str) {
+        let give_up = Instant::now() + PATIENCE;
+        while let Some(state) = self.state(key).await {
+            assert!(Instant::now() < give_up, "{key} is still {state:?}");
+            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -480,6 +505,73 @@ pub async fn a_transaction_on_another_database_is_refused<X: TxFactory>(factory:
     assert_eq!(f.state("k").await, Some(State::InFlight));
 }
 
+// Pins the rolled-back completion: the key stayed claimed for the whole
+// lease, every retry `InProgress`, though nothing of the attempt landed.
+/// A transaction rolled back after `complete_in` gives the key back: a
+/// retry runs at once and leaves exactly one row.
+pub async fn a_rolled_back_completion_gives_the_key_back<X: TxFactory>(factory: &X) {
+    let Some(f) = Kit::new(factory, MINUTE).await else {
+        return;
+    };
+    let lease = f.claim("k", 1).await;
+    let mut tx = f.db.open().await;
+    f.write(&mut tx, "k").await;
+    let done = <X::Store as TxStore>::complete_in(&mut tx, lease, b"1")
+        .await
+        .unwrap();
+    done.rollback(tx.rollback()).await;
+    assert_eq!(f.state("k").await, None, "the key is released");
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(f.charge("k", 1, &runs).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(f.db.rows().await, ["k"]);
+}
+
+/// A transaction dropped after `complete_in`, guard and all, gives the key
+/// back once it has ended: a retry runs and leaves exactly one row.
+pub async fn a_dropped_completion_gives_the_key_back<X: TxFactory>(factory: &X) {
+    let Some(f) = Kit::new(factory, MINUTE).await else {
+        return;
+    };
+    let lease = f.claim("k", 1).await;
+    let mut tx = f.db.open().await;
+    f.write(&mut tx, "k").await;
+    let done = <X::Store as TxStore>::complete_in(&mut tx, lease, b"1")
+        .await
+        .unwrap();
+    drop(done);
+    drop(tx);
+    // The release is spawned and waits for the dropped transaction's
+    // rollback: well within `PATIENCE`, far below the minute's lease.
+    f.released("k").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(f.charge("k", 1, &runs).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(f.db.rows().await, ["k"]);
+}
+
+/// The release a guard makes is fenced on the in-flight state: after its
+/// transaction committed it changes nothing, and retries replay.
+pub async fn a_release_after_the_commit_changes_nothing<X: TxFactory>(factory: &X) {
+    let Some(f) = Kit::new(factory, MINUTE).await else {
+        return;
+    };
+    let lease = f.claim("k", 1).await;
+    let mut tx = f.db.open().await;
+    f.write(&mut tx, "k").await;
+    let done = <X::Store as TxStore>::complete_in(&mut tx, lease, b"1")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // What a guard dropped after the commit does, awaited here.
+    done.rollback(async {}).await;
+    assert_eq!(f.state("k").await, Some(State::Completed));
+    let runs = Arc::new(AtomicUsize::new(0));
+    assert_eq!(f.charge("k", 1, &runs).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "replayed");
+    assert_eq!(f.db.rows().await, ["k"]);
+}
+
 /// Emits one `#[tokio::test]` per transaction case, in a module `kit`
 /// (`kit::a_stale_owner_gets_lease_lost_and_its_rows_never_land`, …), for
 /// the [`TxFactory`] at `$factory`. The one list of the cases.
@@ -500,6 +592,9 @@ macro_rules! tx_tests {
             a_lease_used_after_it_was_settled_is_lease_lost,
             completing_outside_a_transaction_is_refused,
             a_transaction_on_another_database_is_refused,
+            a_rolled_back_completion_gives_the_key_back,
+            a_dropped_completion_gives_the_key_back,
+            a_release_after_the_commit_changes_nothing,
         }
     };
 }

@@ -19,7 +19,7 @@ pub use crate::effects::PreparedClaim;
 pub use crate::idempotent::FALLBACK_POLL;
 pub use purger::{spawn_purger, PURGE_BATCH};
 pub use record::{NewRecord, ParseError, Record, State, Token};
-pub use tx::{StoreTx, TxFuture};
+pub use tx::{StoreTx, TxFuture, Uncommitted};
 pub use wake::{Wakeups, Watch};
 
 /// What [`Store::insert`] found.

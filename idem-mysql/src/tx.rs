@@ -9,7 +9,7 @@
 
 use std::future::Future;
 
-use idem_core::store::{State, StoreError, StoreTx};
+use idem_core::store::{State, StoreError, StoreTx, Uncommitted};
 use idem_core::{Error, Idempotent, Lease, When};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -50,6 +50,38 @@ impl MySqlStore {
     /// server: the update names the store's table (in the connection's
     /// database, unless the table name gives one).
     ///
+    /// End the transaction through the [`Uncommitted`] this returns,
+    /// `done.commit(tx.commit())` or `done.rollback(tx.rollback())`; a
+    /// rollback, or dropping both (the `Uncommitted` then releases in a
+    /// spawned task once the transaction ended), gives the key back. Neither
+    /// the outcome nor the writes landed then, so the release (fenced by the
+    /// token and the in-flight state) lets a retry run at once, as a failed
+    /// `execute_in_tx` does, and the lease is taken by value so that it
+    /// cannot be completed outside the transaction that rolled back.
+    ///
+    /// ```no_run
+    /// use std::convert::Infallible;
+    ///
+    /// use idem_core::BeginJson;
+    /// use idem_mysql::MySqlStore;
+    ///
+    /// # async fn run(store: MySqlStore, idem: idem_core::Idempotent)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// let BeginJson::Run(lease) = idem.begin_json::<_, i64, Infallible>("order-7f3a", &1250).await? else {
+    ///     return Ok(()); // replayed
+    /// };
+    /// let mut tx = store.pool().begin().await?;
+    /// // … the business writes, through `&mut *tx` …
+    /// let done = store.complete_in(&mut tx, lease, b"1250").await?;
+    /// done.commit(tx.commit()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// On an error the lease is dropped and the key stays claimed until it
+    /// lapses: nothing was recorded, and writes the caller commits
+    /// regardless would run twice if a retry could run at once.
+    ///
     /// * [`Error::LeaseLost`]: the lease was taken over, or was already
     ///   settled (completed, failed or released) — nothing was written, and
     ///   the transaction **must be rolled back**, so that the business writes
@@ -69,10 +101,12 @@ impl MySqlStore {
     pub async fn complete_in(
         &self,
         tx: &mut MySqlConnection,
-        lease: &Lease,
+        lease: Lease,
         payload: &[u8],
-    ) -> Result<(), Error> {
-        self.settle_in(tx, lease, State::Completed, payload).await
+    ) -> Result<Uncommitted, Error> {
+        self.settle_in(tx, &lease, State::Completed, payload)
+            .await?;
+        Ok(Uncommitted::new(lease))
     }
 
     /// Like [`complete_in`](MySqlStore::complete_in), but records the
@@ -80,10 +114,11 @@ impl MySqlStore {
     pub async fn fail_in(
         &self,
         tx: &mut MySqlConnection,
-        lease: &Lease,
+        lease: Lease,
         payload: &[u8],
-    ) -> Result<(), Error> {
-        self.settle_in(tx, lease, State::Failed, payload).await
+    ) -> Result<Uncommitted, Error> {
+        self.settle_in(tx, &lease, State::Failed, payload).await?;
+        Ok(Uncommitted::new(lease))
     }
 
     async fn settle_in(

@@ -461,8 +461,10 @@ impl Sql {
                 .execute(&mut *tx)
                 .await
                 .unwrap();
-                store.complete_in(&mut tx, lease, owner.as_bytes()).await?;
-                tx.commit().await.unwrap();
+                let done = store
+                    .complete_in(&mut tx, lease.clone(), owner.as_bytes())
+                    .await?;
+                done.commit(tx.commit()).await.unwrap();
                 Ok(())
             }
             Sql::Maria(store) => {
@@ -475,8 +477,10 @@ impl Sql {
                 .execute(&mut *tx)
                 .await
                 .unwrap();
-                store.complete_in(&mut tx, lease, owner.as_bytes()).await?;
-                tx.commit().await.unwrap();
+                let done = store
+                    .complete_in(&mut tx, lease.clone(), owner.as_bytes())
+                    .await?;
+                done.commit(tx.commit()).await.unwrap();
                 Ok(())
             }
             Sql::Sqlite(store) => {

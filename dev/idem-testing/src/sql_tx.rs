@@ -85,12 +85,16 @@ macro_rules! sql_tx_store {
                 state: $crate::__private::idem_core::store::State,
                 payload: &[u8],
             ) -> ::std::result::Result<(), $crate::__private::idem_core::Error> {
-                match state {
+                // The driver ends the transaction and settles the key
+                // itself, so the guard hands the lease straight back.
+                let lease = ::std::clone::Clone::clone(lease);
+                let done = match state {
                     $crate::__private::idem_core::store::State::Failed => {
                         self.store.fail_in(&mut self.tx, lease, payload).await
                     }
                     _ => self.store.complete_in(&mut self.tx, lease, payload).await,
-                }
+                };
+                done.map(|done| drop(done.into_lease()))
             }
 
             async fn commit(
@@ -221,7 +225,9 @@ macro_rules! sql_tx_store {
                 lease: &$crate::__private::idem_core::Lease,
             ) -> ::std::result::Result<(), $crate::__private::idem_core::Error> {
                 let mut conn = self.store.pool().acquire().await.unwrap();
-                self.store.complete_in(&mut conn, lease, b"1").await
+                let lease = ::std::clone::Clone::clone(lease);
+                let done = self.store.complete_in(&mut conn, lease, b"1").await;
+                done.map(|done| drop(done.into_lease()))
             }
 
             async fn complete_on_another_database(
@@ -251,10 +257,24 @@ macro_rules! sql_tx_store {
                 ) -> ::std::string::String = $copy_table;
                 <$sql>::run(&pool, copy_table(&self.store, &other)).await;
                 let mut tx = pool.begin().await.unwrap();
+                let lease = ::std::clone::Clone::clone(lease);
                 let completed = self.store.complete_in(&mut tx, lease, b"1").await;
                 tx.rollback().await.unwrap();
                 pool.close().await;
-                completed
+                completed.map(|done| drop(done.into_lease()))
+            }
+
+            fn complete_in<'a>(
+                tx: &'a mut CompleteIn,
+                lease: $crate::__private::idem_core::Lease,
+                payload: &'a [u8],
+            ) -> impl ::std::future::Future<
+                Output = ::std::result::Result<
+                    $crate::__private::idem_core::store::Uncommitted,
+                    $crate::__private::idem_core::Error,
+                >,
+            > + Send + 'a {
+                tx.store.complete_in(&mut tx.tx, lease, payload)
             }
         }
     };

@@ -6,6 +6,7 @@
 //! lives here once; a store supplies only its transaction, through
 //! [`StoreTx`].
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -53,6 +54,111 @@ pub trait StoreTx: Send + Sized {
     /// Rolls back (best effort: a transaction whose connection broke is
     /// rolled back by the server).
     fn rollback(self) -> impl Future<Output = ()> + Send;
+}
+
+/// A lease whose outcome a store wrote **inside a caller's transaction**
+/// that has not ended yet: what the SQL stores' `complete_in` and
+/// `fail_in` hand back, holding the lease they took by value.
+///
+/// End it with the transaction: [`commit`](Uncommitted::commit) (pass
+/// `tx.commit()`) or [`rollback`](Uncommitted::rollback) (pass
+/// `tx.rollback()`). A rollback or a drop gives the key back, as
+/// `execute_in_tx` does when its work fails: neither the outcome nor the
+/// transaction's writes landed, and the release is fenced by the token and
+/// the in-flight state, so it frees the key only if this caller still owns
+/// it and nothing committed. A dropped `Uncommitted` releases in a task
+/// spawned on the current tokio runtime, which waits for the transaction to
+/// end; after a commit that release changes nothing, so forgetting the
+/// guard is never unsafe.
+#[must_use = "end it with the transaction: `commit(tx.commit())` or `rollback(tx.rollback())`"]
+pub struct Uncommitted {
+    // `None` once ended.
+    lease: Option<Lease>,
+}
+
+impl fmt::Debug for Uncommitted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Uncommitted")
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Uncommitted {
+    /// Wraps `lease`, whose outcome the store just wrote inside an open
+    /// transaction. For store implementers.
+    pub fn new(lease: Lease) -> Uncommitted {
+        Uncommitted { lease: Some(lease) }
+    }
+
+    /// The lease whose outcome awaits the commit.
+    pub fn lease(&self) -> &Lease {
+        self.lease
+            .as_ref()
+            .expect("an Uncommitted holds its lease until it ends")
+    }
+
+    /// Takes the lease back without a release, for a caller that ends the
+    /// transaction and settles the key itself (as the shared driver does):
+    /// the key's fate is then the caller's.
+    pub fn into_lease(mut self) -> Lease {
+        self.lease
+            .take()
+            .expect("an Uncommitted holds its lease until it ends")
+    }
+
+    /// Awaits `commit` (the transaction's commit, `tx.commit()`) and
+    /// returns what it returned. A failed commit may still have landed, so
+    /// the key is then released fenced on the in-flight state: it goes back
+    /// only if the outcome (and with it every write) did not land.
+    pub async fn commit<E>(mut self, commit: impl Future<Output = Result<(), E>>) -> Result<(), E> {
+        let committed = commit.await;
+        let lease = self.lease.take().expect("an Uncommitted ends once");
+        if committed.is_err() {
+            release_after_rollback(&lease).await;
+        }
+        committed
+    }
+
+    /// Awaits `rollback` (the transaction's rollback, `tx.rollback()`),
+    /// then gives the key back, and returns what the rollback returned.
+    /// A rollback that failed still ended the transaction (the server rolls
+    /// back a broken one), so the key is released either way; a release
+    /// that fails is logged and the key waits for its lease to lapse.
+    pub async fn rollback<T>(mut self, rollback: impl Future<Output = T>) -> T {
+        let rolled_back = rollback.await;
+        let lease = self.lease.take().expect("an Uncommitted ends once");
+        release_after_rollback(&lease).await;
+        rolled_back
+    }
+}
+
+impl Drop for Uncommitted {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        // The release must not be awaited here (a drop cannot wait, and the
+        // transaction may still be open, holding the record's row lock);
+        // spawned, it waits for the transaction to end.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { release_after_rollback(&lease).await });
+            }
+            Err(_) => tracing::warn!(key = %lease.key(),
+                "an Uncommitted was dropped outside a tokio runtime; \
+                 the key stays claimed until its lease lapses"),
+        }
+    }
+}
+
+async fn release_after_rollback(lease: &Lease) {
+    match lease.release().await {
+        // Committed, or taken over: nothing of ours to give back.
+        Ok(()) | Err(Error::LeaseLost) => {}
+        Err(error) => tracing::warn!(key = %lease.key(), %error,
+            "could not release the key after its transaction ended without committing"),
+    }
 }
 
 impl Idempotent {

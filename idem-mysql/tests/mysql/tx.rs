@@ -58,7 +58,7 @@ async fn a_transaction_ended_behind_sqlx_is_refused() {
     let lease = f.lease(&idem, "k").await;
     let mut tx = f.store.pool().begin().await.unwrap();
     sqlx::raw_sql("ROLLBACK").execute(&mut *tx).await.unwrap();
-    match f.store.complete_in(&mut tx, &lease, b"1").await {
+    match f.store.complete_in(&mut tx, lease.clone(), b"1").await {
         Err(Error::Store { source, .. }) => {
             assert_eq!(source.kind(), StoreErrorKind::Config, "{source}");
             assert!(

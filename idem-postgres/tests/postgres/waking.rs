@@ -83,8 +83,8 @@ async fn a_transactional_completion_wakes_waiters_at_commit() {
     });
     waiting::until("the waiter is parked", || counting.answered() == 3).await;
     let mut tx = store.pool().begin().await.unwrap();
-    store.complete_in(&mut tx, &lease, b"21").await.unwrap();
-    tx.commit().await.unwrap();
+    let done = store.complete_in(&mut tx, lease, b"21").await.unwrap();
+    done.commit(tx.commit()).await.unwrap();
     let answer = tokio::time::timeout(WOKEN, waiter)
         .await
         .expect("the commit woke the waiter");

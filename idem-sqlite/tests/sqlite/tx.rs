@@ -203,6 +203,28 @@ async fn a_lease_used_after_it_was_settled_is_lease_lost() {
     assert!(f.rows().await.is_empty());
 }
 
+/// A work that writes and then settles with `Release` (this store's form
+/// of a rollback after completing) gives the key back: a retry runs at
+/// once and leaves exactly one row.
+#[tokio::test]
+async fn a_released_settle_gives_the_key_back_for_a_retry() {
+    let f = fixture(Duration::from_secs(60)).await;
+    let lease = f.lease("k").await;
+    f.store
+        .settle_in_tx(&lease, |conn| {
+            conn.execute("INSERT INTO charges VALUES ('k', 1)", [])
+                .unwrap();
+            Settle::Release
+        })
+        .await
+        .unwrap();
+    assert_eq!(f.state("k").await, None, "the key is released");
+    let runs = Arc::new(AtomicUsize::new(0));
+    f.charge("k", &runs).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(f.rows().await, vec!["k".to_owned()]);
+}
+
 /// The work cannot commit, roll back or release the savepoint it runs in.
 #[tokio::test]
 async fn the_work_cannot_end_its_transaction() {

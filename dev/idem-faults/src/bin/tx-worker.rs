@@ -123,11 +123,12 @@ async fn run(idem: &Idempotent, sql: &Sql, point: &str, key: &str, charges: &str
             .await
             .expect("the business write");
             at("after-write");
-            if let Err(error) = store.complete_in(&mut tx, &lease, &payload).await {
-                return println!("error {key} {error}");
-            }
+            let done = match store.complete_in(&mut tx, lease, &payload).await {
+                Ok(done) => done,
+                Err(error) => return println!("error {key} {error}"),
+            };
             at("after-complete");
-            tx.commit().await.expect("the commit");
+            done.commit(tx.commit()).await.expect("the commit");
         }
         Sql::Maria(store) => {
             let mut tx = store.pool().begin().await.expect("a transaction");
@@ -141,11 +142,12 @@ async fn run(idem: &Idempotent, sql: &Sql, point: &str, key: &str, charges: &str
             .await
             .expect("the business write");
             at("after-write");
-            if let Err(error) = store.complete_in(&mut tx, &lease, &payload).await {
-                return println!("error {key} {error}");
-            }
+            let done = match store.complete_in(&mut tx, lease, &payload).await {
+                Ok(done) => done,
+                Err(error) => return println!("error {key} {error}"),
+            };
             at("after-complete");
-            tx.commit().await.expect("the commit");
+            done.commit(tx.commit()).await.expect("the commit");
         }
         Sql::Sqlite(store) => {
             let (step, key_owned, charges, nonce_row) = (
