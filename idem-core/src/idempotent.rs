@@ -216,9 +216,11 @@ impl Idempotent {
     /// * The same key with another body is [`Error::Mismatch`]; a key held by
     ///   a running call is [`Error::InProgress`].
     ///
-    /// While `work` runs, its lease is renewed in this same task. If the
-    /// future is dropped, or `work` panics, the key stays claimed until its
-    /// lease lapses and then one retry takes it over.
+    /// While `work` runs, its lease is renewed from a task of its own, so
+    /// work that blocks its thread keeps it on a multi-thread runtime (see
+    /// [`Lease::run`]). If the future is dropped, or `work` panics, the key
+    /// stays claimed until its lease lapses and then one retry takes it
+    /// over.
     pub async fn execute<B, T, E, F, Fut>(
         &self,
         key: &str,

@@ -7,8 +7,12 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::observe::{Observe, TracedKey};
-use crate::store::{State, Store, Token};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::observe::{KeyInTraces, Observe, TracedKey};
+use crate::store::{NewRecord, State, Store, Token};
 use crate::{Error, Fingerprint, Key, When};
 
 /// What [`Idempotent::begin`](crate::Idempotent::begin) decided.
@@ -134,12 +138,6 @@ impl Lease {
         }
     }
 
-    /// The key as logs show it (a hash by default).
-    fn traced_key(&self) -> TracedKey<'_> {
-        let keys = self.observe.as_ref().map(|o| o.keys).unwrap_or_default();
-        TracedKey(&self.key, keys)
-    }
-
     /// The key this lease holds.
     pub fn key(&self) -> &Key {
         &self.key
@@ -172,35 +170,42 @@ impl Lease {
         crate::store::clamp::heartbeat(self.lease)
     }
 
-    /// Runs `work` while renewing this lease, both polled in the calling
-    /// task, so no spawned task can outlive the call (and a dropped call
-    /// stops both). This is the loop [`Idempotent::execute`](crate::Idempotent::execute)
-    /// uses; a framework built on [`begin`](crate::Idempotent::begin) calls
-    /// it too.
+    /// Runs `work` while renewing this lease. This is the loop
+    /// [`Idempotent::execute`](crate::Idempotent::execute) uses; a framework
+    /// built on [`begin`](crate::Idempotent::begin) calls it too.
+    ///
+    /// The renewals run in a task of their own, so work that blocks its
+    /// thread (a synchronous client, a long computation) keeps its lease on
+    /// a multi-thread runtime: another worker renews it. On a
+    /// current-thread runtime, or one whose every worker is blocked, nothing
+    /// else runs while the work blocks, the heartbeat and the store's I/O
+    /// included: the lease lapses after its length and the fencing keeps
+    /// the outcome from being recorded. Blocking work belongs in
+    /// [`spawn_blocking`](tokio::task::spawn_blocking) there.
+    ///
+    /// The heartbeat stops when the work finishes (a renewal in flight is
+    /// let finish first, so that none can land after the outcome is
+    /// recorded) and is aborted at once when this future is dropped: the
+    /// key then stays claimed until the lease lapses.
     ///
     /// If a renewal finds the lease lost (it lapsed and another caller took
     /// the key over), the work is still finished — stopping it halfway
     /// could leave its side effect half done — and the result says so:
     /// its outcome must then not be recorded (recording would fail with
     /// [`Error::LeaseLost`] anyway).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, and with the panic of a store whose
+    /// renewal panicked (once the work has finished).
     pub async fn run<F: Future>(&self, work: F) -> RunOutput<F::Output> {
         let started = std::time::Instant::now();
-        let mut work = pin!(work);
-        let heartbeat = self.heartbeat();
-        let mut heartbeat = pin!(heartbeat);
-        let ran = tokio::select! {
-            biased;
-            output = &mut work => RunOutput { output, lease_lost: false },
-            () = &mut heartbeat => {
-                tracing::warn!(key = %self.traced_key(),
-                    "lease lost while the work ran; its outcome will not be recorded");
-                RunOutput { output: work.await, lease_lost: true }
-            }
-        };
+        let heartbeat = Heartbeat::start(self).await;
+        let output = work.await;
+        let lease_lost = heartbeat.stop().await;
         if let Some(observe) = &self.observe {
             observe.worked(started.elapsed());
         }
-        ran
+        RunOutput { output, lease_lost }
     }
 
     /// Extends the lease by its full length from now.
@@ -245,16 +250,124 @@ impl Lease {
     /// in the store is logged and tried again at the next beat: the lease
     /// still has two thirds of its length to run.
     pub async fn heartbeat(&self) {
-        let every = self.heartbeat_interval();
+        Renewal::of(self).until(std::future::pending()).await;
+    }
+}
+
+/// What the heartbeat needs of a [`Lease`], owned, so that it runs in a
+/// task of its own without holding the lease itself.
+struct Renewal {
+    store: Arc<dyn Store>,
+    key: Key,
+    record: NewRecord<'static>,
+    every: Duration,
+    keys: KeyInTraces,
+}
+
+impl Renewal {
+    fn of(lease: &Lease) -> Renewal {
+        Renewal {
+            store: Arc::clone(&lease.store),
+            key: lease.key.clone(),
+            record: lease.record(State::InFlight, &[]),
+            every: lease.heartbeat_interval(),
+            keys: lease.observe.as_ref().map(|o| o.keys).unwrap_or_default(),
+        }
+    }
+
+    /// The key as logs show it (a hash by default).
+    fn traced_key(&self) -> TracedKey<'_> {
+        TracedKey(&self.key, self.keys)
+    }
+
+    /// Renews every beat until `stop` resolves (`false`) or a renewal finds
+    /// the lease lost (`true`). `stop` is only heeded between renewals: one
+    /// in flight is let finish.
+    async fn until(&self, stop: impl Future<Output = ()>) -> bool {
+        let mut stop = pin!(stop);
         loop {
-            tokio::time::sleep(every).await;
-            match self.renew().await {
-                Ok(()) => {}
-                Err(Error::LeaseLost) => return,
-                Err(error) => {
-                    tracing::warn!(key = %self.traced_key(), %error, "lease renewal failed")
+            tokio::select! {
+                biased;
+                () = &mut stop => return false,
+                () = tokio::time::sleep(self.every) => {}
+            }
+            match self
+                .store
+                .swap(self.key.as_str(), self.record.token, &self.record)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => return true,
+                Err(source) => {
+                    let error: Error = Error::store(source, When::AfterWork);
+                    tracing::warn!(key = %self.traced_key(), %error,
+                        "lease renewal failed");
                 }
             }
         }
+    }
+}
+
+/// The heartbeat of one [`Lease::run`], in a task of its own. Dropping it
+/// aborts the task, so a dropped `run` stops renewing at once.
+struct Heartbeat {
+    task: JoinHandle<bool>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Heartbeat {
+    /// Spawns the heartbeat and returns once it has started.
+    async fn start(lease: &Lease) -> Heartbeat {
+        let renewal = Renewal::of(lease);
+        let (started_tx, started) = oneshot::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(
+            async move {
+                let _ = started_tx.send(());
+                let lost = renewal
+                    .until(async {
+                        // A dropped sender stops it too: `run` was dropped.
+                        let _ = stopped.await;
+                    })
+                    .await;
+                if lost {
+                    tracing::warn!(key = %renewal.traced_key(),
+                        "lease lost while the work ran; its outcome will not be recorded");
+                }
+                lost
+            }
+            .in_current_span(),
+        );
+        let heartbeat = Heartbeat {
+            task,
+            stop: Some(stop),
+        };
+        // Spawned from a worker, the task waits in that worker's next-task
+        // slot, which no other worker may steal: work that blocked at once
+        // would keep it from ever starting. Once polled it waits on its
+        // timer, which any worker fires.
+        let _ = started.await;
+        heartbeat
+    }
+
+    /// Stops the heartbeat once any renewal in flight is answered; whether
+    /// a renewal found the lease lost.
+    async fn stop(mut self) -> bool {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(lost) => lost,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            // Cancelled: the runtime is shutting down. Whether the lease
+            // is still held, the fenced recording finds out.
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
