@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Every bulk record is a copy of one record written through `execute`
-//! (as `idem-bench --scale` fills), under client keys `r.0` … `r.{N-1}`;
+//! (as `scale-bench` fills), under client keys `r.0` … `r.{N-1}`;
 //! replays pick keys in a fixed pseudo-random order over the whole file, so
 //! two runs, or the same run under Valgrind at two replay counts, meet the
 //! same keys. A first pass over a slice of the keys is not counted, so the

@@ -28,6 +28,7 @@ pub(crate) struct Order {
 }
 
 impl Order {
+    /// The order every row sends.
     pub(crate) fn sample() -> Order {
         Order {
             amount: 1250,

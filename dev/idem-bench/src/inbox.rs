@@ -1,4 +1,4 @@
-//! `--inbox`: the webhook inbox's figures.
+//! inbox-bench: the webhook inbox's figures.
 //!
 //! * **Acknowledgement latency**: an `idem-inbox` receiver (axum, Standard
 //!   Webhooks) over a SQLite and a PostgreSQL queue, workers stopped, 32
@@ -36,6 +36,7 @@ pub(crate) struct InboxPlan {
 }
 
 impl InboxPlan {
+    /// The full run's sizes, or the quick run's.
     pub(crate) fn new(quick: bool) -> InboxPlan {
         if quick {
             InboxPlan {
@@ -116,6 +117,69 @@ pub(crate) async fn measure(
     .await;
     tables.drop_all().await;
     result.map(|()| lines)
+}
+
+/// The inbox tables of `BENCHMARKS.md`, read from the lines [`measure`]
+/// returns: the receiver's acknowledgement at 32 senders, then the worker
+/// against the raw claim loop per backend and work per job.
+pub(crate) fn markdown(lines: &[String]) -> String {
+    let field = |line: &str, name: &str| -> String {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap_or("-")
+            .to_owned()
+    };
+    let mut acks = crate::markdown::Table::new(&[
+        "receiver on",
+        ">senders",
+        ">ack p50 ms",
+        ">ack p99 ms",
+        ">acks/s",
+    ]);
+    let mut jobs = crate::markdown::Table::new(&[
+        "worker on",
+        "work per job",
+        ">worker jobs/s",
+        ">raw loop jobs/s",
+        ">worker ÷ raw",
+    ]);
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["inbox-ack", backend, senders, ..] => acks.row(vec![
+                (*backend).to_owned(),
+                senders.trim_start_matches('c').to_owned(),
+                field(line, "p50=").trim_end_matches("ms").to_owned(),
+                field(line, "p99=").trim_end_matches("ms").to_owned(),
+                crate::report::thousands(field(line, "acks/s=").parse().unwrap_or(f64::NAN)),
+            ]),
+            ["ratio", "inbox-jobs", backend, work, ratio] => {
+                let work = work.trim_start_matches("work=");
+                let rate = |who: &str, backend: &str| {
+                    lines
+                        .iter()
+                        .find(|l| {
+                            l.starts_with(&format!("inbox-jobs {backend} work={work} {who} "))
+                        })
+                        .map_or("-".to_owned(), |l| {
+                            crate::report::thousands(
+                                field(l, "jobs/s=").parse().unwrap_or(f64::NAN),
+                            )
+                        })
+                };
+                let raw_backend = backend.trim_end_matches("-shared");
+                jobs.row(vec![
+                    (*backend).to_owned(),
+                    work.to_owned(),
+                    rate("worker", backend),
+                    rate("raw", raw_backend),
+                    format!("{:.2}", ratio.parse::<f64>().unwrap_or(f64::NAN)),
+                ]);
+            }
+            _ => {}
+        }
+    }
+    format!("{}\n{}", acks.render(), jobs.render())
 }
 
 /// The table names of one run, dropped at its end.

@@ -1,4 +1,4 @@
-//! `--inbox`'s throughput rows: jobs/s through idem-inbox's `Worker`
+//! inbox-bench's throughput rows: jobs/s through idem-inbox's `Worker`
 //! against a raw claim-and-mark-done loop doing the same work, on the same
 //! backend in the same run.
 //!

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::bench::Kind;
+use crate::markdown::Table;
 use crate::runner::{Tally, Workload};
 use crate::stats::{self, Summary};
 
@@ -217,6 +218,95 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The headline table of `BENCHMARKS.md`: per store, workload and
+    /// concurrency, idem against the raw protocol (and the unsafe recipe
+    /// against raw where a store has one). Median ops/s over repetitions;
+    /// the ratio is the median of the per-repetition ratios.
+    pub(crate) fn markdown_results(&self) -> String {
+        let recipes = self.rows.iter().any(|r| r.kind == Kind::Blog);
+        let mut columns = vec![
+            "store",
+            "workload",
+            ">callers",
+            ">idem ops/s",
+            ">raw ops/s",
+            ">idem ÷ raw",
+            ">round trips, idem (raw)",
+            ">idem p99 µs",
+        ];
+        if recipes {
+            columns.push(">unsafe recipe ÷ raw");
+        }
+        let mut table = Table::new(&columns);
+        for idem in self.rows.iter().filter(|r| r.kind == Kind::Idem) {
+            if idem.store.starts_with("http-") {
+                continue;
+            }
+            let Some(raw) = self.peer(idem, Kind::Raw) else {
+                continue;
+            };
+            let trips = |row: &Row| {
+                row.round_trips
+                    .map_or("-".to_owned(), |r| format!("{r:.2}"))
+            };
+            let mut cells = vec![
+                idem.store.to_owned(),
+                idem.workload.name().to_owned(),
+                idem.concurrency.to_string(),
+                thousands(idem.summary.ops_per_sec),
+                thousands(raw.summary.ops_per_sec),
+                self.ratio(idem)
+                    .map_or("-".to_owned(), |r| format!("{r:.2}")),
+                format!("{} ({})", trips(idem), trips(raw)),
+                fixed(idem.summary.p99_us),
+            ];
+            if recipes {
+                cells.push(
+                    self.peer(idem, Kind::Blog)
+                        .and_then(|blog| paired_ratio(&blog.reps, &raw.reps))
+                        .map_or(String::new(), |r| format!("{r:.2}")),
+                );
+            }
+            table.row(cells);
+        }
+        table.render()
+    }
+
+    /// The HTTP layer's table: requests/s through the layer against the
+    /// same app without it, per backend, workload and concurrency.
+    pub(crate) fn markdown_http(&self) -> String {
+        let mut table = Table::new(&[
+            "backend",
+            "workload",
+            ">connections",
+            ">layer req/s",
+            ">plain req/s",
+            ">layer ÷ plain",
+            ">layer p99 µs",
+        ]);
+        for idem in self.rows.iter().filter(|r| r.kind == Kind::Idem) {
+            let Some(backend) = idem.store.strip_prefix("http-") else {
+                continue;
+            };
+            let Some(control) = self.peer(idem, Kind::Control) else {
+                continue;
+            };
+            table.row(vec![
+                backend.to_owned(),
+                idem.workload.name().to_owned(),
+                idem.concurrency.to_string(),
+                thousands(idem.summary.ops_per_sec),
+                thousands(control.summary.ops_per_sec),
+                self.ratio(idem)
+                    .map_or("-".to_owned(), |r| format!("{r:.2}")),
+                fixed(idem.summary.p99_us),
+            ]);
+        }
+        table.render()
+    }
+}
+
 /// What the rows and columns mean, printed above the table.
 const LEGEND: &str = "\
 rows: raw      the minimal correct protocol by hand (one-round-trip claim, one-round-trip
@@ -325,6 +415,26 @@ mod tests {
             table.contains("raw-ttl") && table.contains("(0.60)"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_markdown_table_has_a_line_per_cell_with_idem_against_raw() {
+        let report = Report {
+            rows: vec![
+                row(Kind::Raw, [200.0, 200.0, 200.0]),
+                row(Kind::Blog, [300.0, 300.0, 300.0]),
+                row(Kind::Idem, [100.0, 120.0, 120.0]),
+            ],
+            ..Report::default()
+        };
+        let table = report.markdown_results();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert_eq!(
+            lines[2],
+            "| redis | replay | 32 | 120 | 200 | 0.60 | 1.00 (1.00) | 2.00 | 1.50 |"
+        );
+        assert!(report.markdown_http().lines().count() == 2);
     }
 
     #[test]

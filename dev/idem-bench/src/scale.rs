@@ -1,4 +1,4 @@
-//! The scale mode: how claim and replay latency, purging and bytes per
+//! The scale binary: how claim and replay latency, purging and bytes per
 //! record behave as a store fills to millions of records.
 //!
 //! For each store it writes one record through `execute` (the template),
@@ -34,13 +34,12 @@ use crate::stores::Places;
 
 mod churn;
 mod render;
-mod targets;
 
 pub(crate) use churn::Churn;
-pub(crate) use render::render;
+pub(crate) use render::{markdown, render};
 
+use crate::stores::target::{self, Footprint, Opened, Target, BULK_RETENTION};
 use churn::{Ingested, PurgeCounts};
-use targets::{Footprint, Opened, Target, BULK_RETENTION};
 
 /// What the scale mode measures.
 #[derive(Debug, Clone)]
@@ -161,16 +160,13 @@ impl ScaleReport {
 
 /// Runs the mode on every store in `stores`.
 pub(crate) async fn run(
-    stores: &[&str],
+    stores: &[StoreKind],
     places: Places<'_>,
     plan: &ScalePlan,
 ) -> Result<ScaleReport, BoxError> {
     let mut report = ScaleReport::default();
     eprintln!("idem-bench: scale {plan:?}");
-    for kind in StoreKind::ALL {
-        if !stores.contains(&kind.name()) {
-            continue;
-        }
+    for &kind in stores {
         // The baseline store, filled to the first size, opens first so
         // that the growing store's weight (memory and Redis measure growth
         // since opening) leaves the baseline's records out.
@@ -191,7 +187,7 @@ async fn open(
     tag: &str,
     report: &mut ScaleReport,
 ) -> Result<Option<Box<dyn Target>>, BoxError> {
-    Ok(match targets::open(kind, places, tag).await? {
+    Ok(match target::open(kind, places, tag).await? {
         Opened::Target(target) => Some(target),
         Opened::Skipped(url, reason) => {
             let line = format!(

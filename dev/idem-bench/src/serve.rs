@@ -1,4 +1,4 @@
-//! Serve mode: the HTTP mode's apps, left running for an external load
+//! The serve binary: the HTTP mode's apps, left running for an external load
 //! generator (`wrk`, see `dev/idem-bench/wrk/`). Four servers on 127.0.0.1:
 //! axum behind `IdempotencyLayer`, actix-web behind `IdempotencyMiddleware`,
 //! and each framework's control, whose handler makes the one plain store
@@ -59,14 +59,14 @@ impl Backend {
 }
 
 /// Starts the four servers on `port`, `port + 1`, … (free ports for 0),
-/// prints one line `serving <name> <url>` for each, and serves until the
-/// process is stopped. Redis records expire after an hour.
-pub(crate) async fn run(
+/// on the runtime, and returns each one's name and address; they serve
+/// until the process ends. Redis records expire after an hour.
+pub(crate) async fn start(
     backend: &str,
     redis_url: &str,
     port: u16,
     tag: &str,
-) -> Result<(), BoxError> {
+) -> Result<Vec<(&'static str, SocketAddr)>, BoxError> {
     let backend = match backend {
         "memory" => Backend::Memory(Arc::new(MemoryStore::new())),
         "redis" => {
@@ -129,11 +129,7 @@ pub(crate) async fn run(
         addr
     };
     lines.push(("actix-control", actix_control));
-    for (name, addr) in lines {
-        println!("serving {name} http://{addr}/pay");
-    }
-    std::future::pending::<()>().await;
-    Ok(())
+    Ok(lines)
 }
 
 async fn serve_axum(app: Router, port: u16) -> Result<SocketAddr, BoxError> {

@@ -1,4 +1,4 @@
-//! `--wake`: how soon a waiter returns after the owner completes, woken by
+//! The wake binary: how soon a waiter returns after the owner completes, woken by
 //! its store's notifications or polling only, per store in one run.
 //!
 //! Each trial claims a fresh key, starts a waiter
@@ -20,7 +20,11 @@ use async_trait::async_trait;
 use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
 use idem_core::{Begin, Fingerprint, Idempotent};
 
+use idem_stores::StoreKind;
+
 use crate::fixture::BoxError;
+use crate::stores::target::{self, Opened};
+use crate::stores::Places;
 
 /// A store as the waiters see it: its claims counted, and its wake-ups
 /// hidden for the polling-only rows.
@@ -230,67 +234,65 @@ pub(crate) fn print(rows: &[WakeRow], trials: usize) {
     }
 }
 
-/// Opens every store asked for, measures it and cleans up after it.
+/// The wake-up table of `BENCHMARKS.md`: per store and mode, how long a
+/// waiter takes to return after the owner's `complete`, and the store
+/// reads it made.
+pub(crate) fn markdown(rows: &[WakeRow]) -> String {
+    let mut table = crate::markdown::Table::new(&[
+        "store",
+        "waiter",
+        ">p50 ms",
+        ">p99 ms",
+        ">reads per waiter",
+        ">lost",
+    ]);
+    let ms = |d: Duration| format!("{:.2}", d.as_secs_f64() * 1e3);
+    for row in rows {
+        table.row(vec![
+            row.store.to_owned(),
+            row.mode.to_owned(),
+            ms(row.p50),
+            ms(row.p99),
+            format!("{:.1}", row.reads),
+            row.lost.to_string(),
+        ]);
+    }
+    table.render()
+}
+
+/// Opens every store asked for (through the same per-store modules as the
+/// other binaries, PostgreSQL with notifications on), measures it and
+/// removes what it made. A store whose server does not answer is skipped
+/// with the reason, which is returned.
 pub(crate) async fn run(
-    stores: &[&str],
-    urls: (&str, &str, &str),
+    stores: &[StoreKind],
+    places: Places<'_>,
     tag: &str,
     trials: usize,
-) -> Result<Vec<WakeRow>, BoxError> {
-    let (redis_url, postgres_url, mysql_url) = urls;
-    let table = format!("{tag}_wake").replace('-', "_");
+) -> Result<(Vec<WakeRow>, Vec<String>), BoxError> {
+    let places = Places {
+        postgres_notifications: true,
+        ..places
+    };
     let mut rows = Vec::new();
-    for &name in stores {
-        let (name, store): (&'static str, Arc<dyn Store>) = match name {
-            "memory" => ("memory", Arc::new(idem_core::MemoryStore::new())),
-            "sqlite" => {
-                let dir = tempfile::tempdir()?;
-                let store = idem_sqlite::SqliteStore::open(dir.path().join("wake.db")).await?;
-                rows.extend(measure("sqlite", Arc::new(store), tag, trials).await?);
+    let mut skipped = Vec::new();
+    for &kind in stores {
+        let target = match target::open(kind, places, &format!("{tag}_wake")).await? {
+            Opened::Target(target) => target,
+            Opened::Skipped(url, reason) => {
+                let line = format!(
+                    "{} at {url} is unreachable ({reason}); skipped",
+                    kind.name()
+                );
+                eprintln!("idem-bench: {line}");
+                skipped.push(line);
                 continue;
             }
-            "redis" => match idem_redis::RedisStore::connect(redis_url).await {
-                Ok(store) => ("redis", Arc::new(store.with_prefix(format!("{tag}:wake:")))),
-                Err(error) => {
-                    eprintln!("idem-bench: --wake skips redis: {error}");
-                    continue;
-                }
-            },
-            "postgres" => match idem_postgres::PostgresStore::connect(postgres_url).await {
-                Ok(store) => {
-                    let store = store.with_table(&table)?.with_notifications(true);
-                    store.migrate().await?;
-                    let pool = store.pool().clone();
-                    rows.extend(measure("postgres", Arc::new(store), tag, trials).await?);
-                    sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
-                        .execute(&pool)
-                        .await?;
-                    continue;
-                }
-                Err(error) => {
-                    eprintln!("idem-bench: --wake skips postgres: {error}");
-                    continue;
-                }
-            },
-            "mysql" => match idem_mysql::MySqlStore::connect(mysql_url).await {
-                Ok(store) => {
-                    let store = store.with_table(&table)?;
-                    store.migrate().await?;
-                    rows.extend(measure("mysql", Arc::new(store), tag, trials).await?);
-                    let pool = sqlx::MySqlPool::connect(mysql_url).await?;
-                    sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {table}"))
-                        .execute(&pool)
-                        .await?;
-                    continue;
-                }
-                Err(error) => {
-                    eprintln!("idem-bench: --wake skips mysql: {error}");
-                    continue;
-                }
-            },
-            _ => continue,
         };
-        rows.extend(measure(name, store, tag, trials).await?);
+        let measured = measure(target.name(), target.store(), tag, trials).await;
+        let removed = target.remove_all().await;
+        rows.extend(measured?);
+        removed?;
     }
-    Ok(rows)
+    Ok((rows, skipped))
 }

@@ -1,10 +1,27 @@
-//! The harness runs end to end on the memory store: it prints a ratio line
-//! per cell and draws its chart. Speed is not asserted: CI machines vary.
+//! Each binary of the harness runs end to end in its quick mode, and
+//! `--markdown` rewrites only its tables. Speed is not asserted: CI
+//! machines vary.
 
 use std::process::Command;
 
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_idem-bench"))
+}
+
+fn inbox() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_inbox-bench"))
+}
+
+fn scale() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_scale-bench"))
+}
+
+fn wake() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wake-bench"))
+}
+
+fn serve() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_serve-bench"))
 }
 
 #[test]
@@ -87,10 +104,7 @@ fn an_unknown_store_is_refused() {
 /// asserted.
 #[test]
 fn quick_inbox_mode_prints_acknowledgement_and_throughput_lines() {
-    let output = bench()
-        .args(["--quick", "--stores", "none", "--inbox"])
-        .output()
-        .expect("the harness starts");
+    let output = inbox().arg("--quick").output().expect("the harness starts");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -125,18 +139,11 @@ fn assert_ratios(stdout: &str, backend: &str) {
 
 #[test]
 fn scale_mode_fills_measures_weighs_and_purges_the_in_process_stores() {
-    let output = bench()
-        .args(["--scale", "--quick", "--stores", "memory,sqlite"])
-        .args([
-            "--scale-sizes",
-            "300,3k",
-            "--duration",
-            "30ms",
-            "--reps",
-            "1",
-        ])
-        .args(["--scale-rate", "200", "--scale-retention", "300ms"])
-        .args(["--scale-purge-every", "50ms", "--scale-window", "400ms"])
+    let output = scale()
+        .args(["--quick", "--stores", "memory,sqlite"])
+        .args(["--sizes", "300,3k", "--duration", "30ms", "--reps", "1"])
+        .args(["--rate", "200", "--retention", "300ms"])
+        .args(["--purge-every", "50ms", "--window", "400ms"])
         .output()
         .expect("the harness starts");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -185,4 +192,140 @@ fn scale_mode_fills_measures_weighs_and_purges_the_in_process_stores() {
             "{stdout}"
         );
     }
+}
+
+/// A card with the markers of every section, prose around them that must
+/// survive byte for byte (odd spacing, a CRLF line, no final newline).
+fn card() -> String {
+    let mut card = String::from("# Card\r\n\nProse   with *spaces*.\n\n");
+    for section in ["results", "http", "wake", "scale"] {
+        card.push_str(&format!(
+            "<!-- BEGIN idem-bench {section} -->\nstale {section}\n<!-- END idem-bench {section} -->\n\nbetween {section}\n"
+        ));
+    }
+    card.push_str("tail");
+    card
+}
+
+/// What lies outside `section`'s markers.
+fn outside<'a>(text: &'a str, section: &str) -> (&'a str, &'a str) {
+    let begin = format!("<!-- BEGIN idem-bench {section} -->\n");
+    let end = format!("<!-- END idem-bench {section} -->");
+    let from = text.find(&begin).expect("the begin marker stays") + begin.len();
+    let to = text.find(&end).expect("the end marker stays");
+    (&text[..from], &text[to..])
+}
+
+#[test]
+fn markdown_rewrites_the_results_table_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("BENCHMARKS.md");
+    let before = card();
+    std::fs::write(&path, &before).expect("the card is written");
+    let output = bench()
+        .args(["--quick", "--stores", "memory", "--duration", "20ms"])
+        .args(["--reps", "1", "--replay-keys", "10", "--markdown"])
+        .arg(&path)
+        .output()
+        .expect("the harness starts");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let after = std::fs::read_to_string(&path).expect("the card is read");
+    assert_eq!(outside(&after, "results"), outside(&before, "results"));
+    let (_, rest) = outside(&after, "results");
+    let table = &after[outside(&after, "results").0.len()..after.len() - rest.len()];
+    let lines: Vec<&str> = table.lines().collect();
+    // A header, its rule, and a line per workload and concurrency.
+    assert_eq!(lines.len(), 2 + 3 * 2, "{table}");
+    assert!(lines[0].starts_with("| store | workload | callers | idem ops/s | raw ops/s |"));
+    for workload in ["first", "replay", "contended"] {
+        for callers in ["1", "32"] {
+            let prefix = format!("| memory | {workload} | {callers} | ");
+            assert!(
+                lines.iter().any(|l| l.starts_with(&prefix)),
+                "{prefix} in\n{table}"
+            );
+        }
+    }
+    // The HTTP table was not measured, so it was left as it was.
+    assert!(after.contains("stale http"));
+}
+
+#[test]
+fn markdown_refuses_a_file_without_markers_and_leaves_it_alone() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("card.md");
+    std::fs::write(&path, "no markers here\n").expect("the card is written");
+    let output = wake()
+        .args([
+            "--quick",
+            "--stores",
+            "memory",
+            "--trials",
+            "3",
+            "--markdown",
+        ])
+        .arg(&path)
+        .output()
+        .expect("the harness starts");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("<!-- BEGIN idem-bench wake -->"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "no markers here\n");
+}
+
+#[test]
+fn wake_quick_mode_writes_its_table_between_its_markers() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("BENCHMARKS.md");
+    let before = card();
+    std::fs::write(&path, &before).expect("the card is written");
+    let output = wake()
+        .args([
+            "--quick",
+            "--stores",
+            "memory,sqlite",
+            "--trials",
+            "5",
+            "--markdown",
+        ])
+        .arg(&path)
+        .output()
+        .expect("the harness starts");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let after = std::fs::read_to_string(&path).expect("the card is read");
+    assert_eq!(outside(&after, "wake"), outside(&before, "wake"));
+    assert!(after.contains("| memory | "), "{after}");
+    assert!(after.contains("| sqlite | "), "{after}");
+}
+
+#[test]
+fn serve_quick_mode_answers_and_replays_on_every_server() {
+    let output = serve()
+        .args(["memory", "--quick"])
+        .output()
+        .expect("the harness starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for name in ["axum-idem", "axum-control", "actix-idem", "actix-control"] {
+        assert!(
+            stdout.contains(&format!("checked {name} request 1: 201 Created")),
+            "{stdout}"
+        );
+    }
+    assert!(stdout.contains("checked axum-idem request 1: 201 Created, replayed true"));
 }

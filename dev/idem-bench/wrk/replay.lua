@@ -1,4 +1,4 @@
--- wrk script for `idem-bench --serve-http`: POSTs the HTTP mode's 100-byte
+-- wrk script for `serve-bench`: POSTs the HTTP mode's 100-byte
 -- JSON order to /pay, cycling through IDEM_WRK_KEYS idempotency keys (1000
 -- by default). The first request on a key runs the handler; every later
 -- one is a replay. The controls ignore the key.

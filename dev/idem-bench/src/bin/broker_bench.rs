@@ -90,6 +90,10 @@ struct Args {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     amqp_url: String,
+    /// Rewrite the brokers table in this Markdown file between its
+    /// markers: `--markdown BENCHMARKS.md`.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<std::path::PathBuf>,
 }
 
 /// A store that counts the operations it passes on.
@@ -640,6 +644,15 @@ async fn main() -> Result<(), BoxError> {
         "ops/first",
         "ops/replay"
     );
+    let mut table = idem_bench::markdown::Table::new(&[
+        "broker",
+        "idem store",
+        ">raw msg/s",
+        ">idem msg/s",
+        ">idem ÷ raw",
+        ">replays msg/s",
+        ">store ops per message",
+    ]);
     for broker in &args.brokers {
         let broker = match broker.as_str() {
             "nats" => Broker::Nats,
@@ -689,6 +702,8 @@ async fn main() -> Result<(), BoxError> {
                 continue;
             }
             let (raw, first) = (median(raw), median(first));
+            let (replay, ops_first, ops_replay) =
+                (median(replay), median(ops_first), median(ops_replay));
             if args.steps {
                 for (name, steps, rate) in [("raw", &raw_steps, raw), ("idem", &idem_steps, first)]
                 {
@@ -709,12 +724,24 @@ async fn main() -> Result<(), BoxError> {
                 raw,
                 first,
                 first / raw,
-                median(replay),
-                median(ops_first),
-                median(ops_replay)
+                replay,
+                ops_first,
+                ops_replay
             );
             println!("ratio broker {broker} {store_name} {:.3}", first / raw);
+            table.row(vec![
+                broker.to_string(),
+                store_name.clone(),
+                format!("{raw:.0}"),
+                format!("{first:.0}"),
+                format!("{:.2}", first / raw),
+                format!("{replay:.0}"),
+                format!("{ops_first:.2}"),
+            ]);
         }
+    }
+    if let Some(path) = &args.markdown {
+        idem_bench::markdown::rewrite(path, &[("brokers", table.render())])?;
     }
     Ok(())
 }

@@ -282,6 +282,81 @@ fn chart(report: &ScaleReport) -> String {
     out
 }
 
+/// The scale table of `BENCHMARKS.md`: per store at its largest size,
+/// p50 growth against the smallest size at the lowest concurrency, bytes
+/// per record, and what the purger costs the claims beside it.
+pub(crate) fn markdown(report: &ScaleReport) -> String {
+    let mut table = crate::markdown::Table::new(&[
+        "store",
+        ">records",
+        ">first p50 growth",
+        ">replay p50 growth",
+        ">bytes per record",
+        ">records per GB",
+        ">purge headroom",
+        ">claim p99, purging ÷ not",
+    ]);
+    let lowest = report.cells.iter().map(|c| c.concurrency).min();
+    for weighed in &report.sizes {
+        let largest = report
+            .sizes
+            .iter()
+            .filter(|s| s.store == weighed.store)
+            .map(|s| s.size)
+            .max();
+        if largest != Some(weighed.size) {
+            continue;
+        }
+        let growth = |workload: Workload| {
+            let cell = report.cells.iter().find(|c| {
+                c.store == weighed.store
+                    && c.size == weighed.size
+                    && c.size == c.alongside
+                    && c.workload == workload
+                    && Some(c.concurrency) == lowest
+            })?;
+            let base = report.cells.iter().find(|b| {
+                b.store == cell.store
+                    && b.workload == cell.workload
+                    && b.concurrency == cell.concurrency
+                    && b.alongside == cell.alongside
+                    && b.size < cell.size
+            })?;
+            Some(format!(
+                "{:.2} (vs {})",
+                cell.summary.p50_us / base.summary.p50_us,
+                count(base.size)
+            ))
+        };
+        let per = weighed.footprint.bytes as f64 / weighed.size as f64;
+        let churn = report.churns.iter().find(|c| c.store == weighed.store);
+        let headroom = churn.map_or("-".to_owned(), |c| {
+            if c.store == "redis" {
+                "server expires".to_owned()
+            } else if c.purge_busy > 0.0 {
+                let capacity = c.purged as f64 / c.purge_busy;
+                format!("{:.1}×", capacity / c.steady.summary.ops_per_sec)
+            } else {
+                "-".to_owned()
+            }
+        });
+        let p99 = churn.map_or("-".to_owned(), |c| {
+            format!("{:.2}", c.steady.summary.p99_us / c.baseline.summary.p99_us)
+        });
+        table.row(vec![
+            weighed.store.to_owned(),
+            count(weighed.size),
+            growth(Workload::First).unwrap_or_else(|| "-".to_owned()),
+            growth(Workload::Replay).unwrap_or_else(|| "-".to_owned()),
+            format!("{per:.0}"),
+            crate::report::thousands(1e9 / per),
+            headroom,
+            p99,
+        ]);
+    }
+    table.render()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use idem_core::store::{Record, Store};
 use idem_core::{Idempotent, MemoryStore};
 
 use crate::bench::{Bench, Contestant, Counters, Kind};
@@ -12,6 +13,7 @@ use crate::protocols::{IdemRow, StoreRaw};
 use crate::report::{fixed, Report};
 use crate::runner::Protocol;
 use crate::stats;
+use crate::stores::target::{self, Footprint, Target};
 
 /// The memory store's rows: raw `insert` + `swap`, and `execute`.
 #[derive(Debug, Default)]
@@ -98,5 +100,77 @@ impl Bench for MemoryBench {
             report.lines.extend(lines);
         }
         Ok(())
+    }
+}
+
+/// This process's resident memory, from `/proc/self/statm` (Linux).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// The in-process store; its records are weighed by the process's resident
+/// memory growth.
+pub(crate) struct MemoryTarget {
+    store: Arc<MemoryStore>,
+    resident_at_open: u64,
+}
+
+impl MemoryTarget {
+    pub(crate) fn new() -> MemoryTarget {
+        MemoryTarget {
+            store: Arc::new(MemoryStore::new()),
+            resident_at_open: resident_bytes().unwrap_or(0),
+        }
+    }
+}
+
+#[async_trait]
+impl Target for MemoryTarget {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    async fn fill(
+        &self,
+        prefix: &str,
+        _template: &str,
+        record: &Record,
+        from: u64,
+        to: u64,
+    ) -> Result<(), BoxError> {
+        target::fill_through_store(self.store.clone(), 64, prefix, record, from, to).await
+    }
+
+    async fn footprint(&self) -> Result<Footprint, BoxError> {
+        let now = resident_bytes().ok_or("no /proc/self/statm to read resident memory from")?;
+        Ok(Footprint {
+            bytes: now.saturating_sub(self.resident_at_open),
+            how: "the process's resident memory growth since the store opened".to_owned(),
+        })
+    }
+
+    async fn rows(&self) -> Result<Option<u64>, BoxError> {
+        Ok(Some(self.store.len() as u64))
+    }
+
+    async fn after_churn(&self) -> Result<Vec<String>, BoxError> {
+        Ok(vec![format!("records held {}", self.store.len())])
+    }
+
+    async fn remove_all(&self) -> Result<(), BoxError> {
+        // Dropped with the target.
+        Ok(())
+    }
+
+    fn clearing_batch(&self) -> usize {
+        // Each purge call scans the map from its start, so clearing a
+        // backlog in batches costs a scan per batch: one call, one scan.
+        usize::MAX
     }
 }

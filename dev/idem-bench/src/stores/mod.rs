@@ -17,6 +17,7 @@ pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod sqlite;
+pub(crate) mod target;
 
 /// Where the stores are.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +28,9 @@ pub(crate) struct Places<'a> {
     pub(crate) sqlite_dir: Option<&'a Path>,
     /// Memory-mapped I/O for the SQLite stores, if asked for.
     pub(crate) sqlite_mmap: Option<u64>,
+    /// Open PostgreSQL stores with notifications on (the wake binary's
+    /// woken rows); off, as in the store, elsewhere.
+    pub(crate) postgres_notifications: bool,
 }
 
 /// A store's bench, or why its rows are skipped.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::store::Store;
+use idem_core::store::{Record, Store};
 use idem_core::{Fingerprint, Idempotent};
 use idem_mysql::{raw, MySqlStore};
 use sqlx::{Executor, Row};
@@ -17,6 +17,7 @@ use crate::fixture::{self, BoxError, LEASE, RETENTION};
 use crate::protocols::IdemRow;
 use crate::report::Report;
 use crate::runner::{Outcome, Protocol};
+use crate::stores::target::{self, Footprint, Target};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -284,5 +285,139 @@ impl Protocol for IdemTx {
             Err(idem_core::Error::InProgress { .. }) => Ok(Outcome::InProgress),
             Err(error) => Err(error.into()),
         }
+    }
+}
+
+/// MariaDB in its own table; bulk rows from the Sequence engine's
+/// `seq_<from>_to_<to>` tables.
+pub(crate) struct MySqlTarget {
+    store: Arc<MySqlStore>,
+}
+
+impl MySqlTarget {
+    pub(crate) async fn connect(url: &str, tag: &str) -> Result<MySqlTarget, BoxError> {
+        let store = tokio::time::timeout(target::CONNECT_TIMEOUT, MySqlStore::connect(url))
+            .await
+            .map_err(|_| "no answer within 5 s")??
+            .with_table(&format!("idem_bench_{tag}"))?;
+        store.migrate().await?;
+        Ok(MySqlTarget {
+            store: Arc::new(store),
+        })
+    }
+
+    fn table(&self) -> String {
+        format!("`{}`", self.store.table())
+    }
+
+    /// Data, index and free bytes from `information_schema`, after
+    /// refreshing the table's statistics.
+    async fn sizes(&self) -> Result<(u64, u64, u64), BoxError> {
+        sqlx::raw_sql(&format!("ANALYZE TABLE {}", self.table()))
+            .execute(self.store.pool())
+            .await?;
+        let row = sqlx::query(
+            "SELECT CAST(data_length AS SIGNED), CAST(index_length AS SIGNED), \
+             CAST(data_free AS SIGNED) FROM information_schema.TABLES \
+             WHERE table_schema = DATABASE() AND table_name = ?",
+        )
+        .bind(self.store.table())
+        .fetch_one(self.store.pool())
+        .await?;
+        let (data, index, free): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        Ok((data as u64, index as u64, free as u64))
+    }
+}
+
+#[async_trait]
+impl Target for MySqlTarget {
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    async fn fill(
+        &self,
+        prefix: &str,
+        template: &str,
+        _record: &Record,
+        from: u64,
+        to: u64,
+    ) -> Result<(), BoxError> {
+        let t = self.table();
+        let mut at = from;
+        while at < to {
+            let end = (at + target::SQL_CHUNK).min(to);
+            // The bounds are numbers this loop made: safe in the name.
+            let insert = format!(
+                "INSERT INTO {t} \
+                 (`key`, token, fingerprint, state, payload, lease_until, retain_until) \
+                 SELECT CONCAT(?, s.seq), UNHEX(MD5(RAND())), tpl.fingerprint, tpl.state, \
+                 tpl.payload, NULL, UTC_TIMESTAMP(6) + INTERVAL ? SECOND \
+                 FROM (SELECT fingerprint, state, payload FROM {t} WHERE `key` = ?) AS tpl, \
+                 seq_{at}_to_{} AS s",
+                end - 1
+            );
+            sqlx::query(&insert)
+                .bind(prefix)
+                .bind(target::BULK_RETENTION.as_secs() as i64)
+                .bind(template)
+                .execute(self.store.pool())
+                .await?;
+            at = end;
+        }
+        Ok(())
+    }
+
+    async fn footprint(&self) -> Result<Footprint, BoxError> {
+        let (data, index, free) = self.sizes().await?;
+        // Whether pages came from the buffer pool or from the disk: the
+        // server's own counters since it started (other clients' too).
+        // A bare string goes as text, not as a prepared statement.
+        let rows = self
+            .store
+            .pool()
+            .fetch_all("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read%'")
+            .await?;
+        let mut status = Vec::new();
+        for row in rows {
+            let (name, value): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+            if name.ends_with("_reads") || name.ends_with("_read_requests") {
+                status.push(format!("{name} {value}"));
+            }
+        }
+        Ok(Footprint {
+            bytes: data + index,
+            how: format!(
+                "information_schema after ANALYZE: data {data} B, indexes {index} B \
+                 (free space {free} B not counted); {}",
+                status.join(", ")
+            ),
+        })
+    }
+
+    async fn rows(&self) -> Result<Option<u64>, BoxError> {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table()))
+            .fetch_one(self.store.pool())
+            .await?;
+        Ok(Some(n as u64))
+    }
+
+    async fn after_churn(&self) -> Result<Vec<String>, BoxError> {
+        let (data, index, free) = self.sizes().await?;
+        Ok(vec![format!(
+            "data {data} B, indexes {index} B, free space in the tablespace {free} B"
+        )])
+    }
+
+    async fn remove_all(&self) -> Result<(), BoxError> {
+        sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table()))
+            .execute(self.store.pool())
+            .await?;
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::store::Store;
+use idem_core::store::{Record, Store};
 use idem_core::{Fingerprint, Idempotent};
 use idem_postgres::{raw, PostgresStore};
 use sqlx::{Connection, PgConnection, Row};
@@ -18,6 +18,7 @@ use crate::fixture::{self, BoxError, LEASE, RETENTION};
 use crate::protocols::{IdemRow, StepsRow};
 use crate::report::Report;
 use crate::runner::{Outcome, Protocol};
+use crate::stores::target::{self, Footprint, Target};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -313,5 +314,151 @@ impl Protocol for IdemTx {
             Err(idem_core::Error::InProgress { .. }) => Ok(Outcome::InProgress),
             Err(error) => Err(error.into()),
         }
+    }
+}
+
+/// PostgreSQL in its own table; bulk rows from `generate_series`.
+pub(crate) struct PostgresTarget {
+    store: Arc<PostgresStore>,
+}
+
+impl PostgresTarget {
+    pub(crate) async fn connect(
+        url: &str,
+        tag: &str,
+        notifications: bool,
+    ) -> Result<PostgresTarget, BoxError> {
+        let store = tokio::time::timeout(target::CONNECT_TIMEOUT, PostgresStore::connect(url))
+            .await
+            .map_err(|_| "no answer within 5 s")??
+            .with_table(&format!("idem_bench_{tag}"))?
+            .with_notifications(notifications);
+        store.migrate().await?;
+        Ok(PostgresTarget {
+            store: Arc::new(store),
+        })
+    }
+
+    /// The table's name as a quoted identifier (the store validated it).
+    fn table(&self) -> String {
+        format!("\"{}\"", self.store.table())
+    }
+}
+
+#[async_trait]
+impl Target for PostgresTarget {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    async fn fill(
+        &self,
+        prefix: &str,
+        template: &str,
+        _record: &Record,
+        from: u64,
+        to: u64,
+    ) -> Result<(), BoxError> {
+        let t = self.table();
+        let insert = format!(
+            "INSERT INTO {t} (key, token, fingerprint, state, payload, lease_until, retain_until) \
+             SELECT $1 || g::text, decode(md5(random()::text || g::text), 'hex'), \
+             s.fingerprint, s.state, s.payload, NULL, now() + interval '{} seconds' \
+             FROM (SELECT * FROM {t} WHERE key = $4) AS s, generate_series($2::int8, $3::int8) AS g",
+            target::BULK_RETENTION.as_secs()
+        );
+        let mut at = from;
+        while at < to {
+            let end = (at + target::SQL_CHUNK).min(to);
+            sqlx::query(&insert)
+                .bind(prefix)
+                .bind(at as i64)
+                .bind(end as i64 - 1)
+                .bind(template)
+                .execute(self.store.pool())
+                .await?;
+            at = end;
+        }
+        // What autovacuum does to a table after a bulk load, done now so
+        // that the measured part runs on a settled table with fresh
+        // statistics and a set visibility map.
+        sqlx::raw_sql(&format!("VACUUM (ANALYZE) {t}"))
+            .execute(self.store.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn footprint(&self) -> Result<Footprint, BoxError> {
+        let row = sqlx::query(
+            "SELECT pg_total_relation_size($1::regclass), pg_relation_size($1::regclass), \
+             pg_indexes_size($1::regclass)",
+        )
+        .bind(self.table())
+        .fetch_one(self.store.pool())
+        .await?;
+        let (total, heap, indexes): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        // Where the measured part's pages came from: shared buffers (hit)
+        // or the kernel (read), cumulative since the table was made.
+        let io = sqlx::query(
+            "SELECT coalesce(heap_blks_hit, 0), coalesce(heap_blks_read, 0), \
+             coalesce(idx_blks_hit, 0), coalesce(idx_blks_read, 0) \
+             FROM pg_statio_user_tables WHERE relid = $1::regclass",
+        )
+        .bind(self.table())
+        .fetch_one(self.store.pool())
+        .await?;
+        let (heap_hit, heap_read, idx_hit, idx_read): (i64, i64, i64, i64) = (
+            io.try_get(0)?,
+            io.try_get(1)?,
+            io.try_get(2)?,
+            io.try_get(3)?,
+        );
+        Ok(Footprint {
+            bytes: total as u64,
+            how: format!(
+                "pg_total_relation_size: heap {heap} B, indexes {indexes} B, toast and maps {} B; \
+                 blocks so far: heap hit {heap_hit} read {heap_read}, index hit {idx_hit} read {idx_read}",
+                total - heap - indexes
+            ),
+        })
+    }
+
+    async fn rows(&self) -> Result<Option<u64>, BoxError> {
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table()))
+            .fetch_one(self.store.pool())
+            .await?;
+        Ok(Some(n as u64))
+    }
+
+    async fn after_churn(&self) -> Result<Vec<String>, BoxError> {
+        let row = sqlx::query(
+            "SELECT n_live_tup, n_dead_tup, autovacuum_count, \
+             coalesce(last_autovacuum::text, 'never'), \
+             pg_relation_size(relid), pg_indexes_size(relid) \
+             FROM pg_stat_user_tables WHERE relid = $1::regclass",
+        )
+        .bind(self.table())
+        .fetch_one(self.store.pool())
+        .await?;
+        let (live, dead, vacuums): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let last: String = row.try_get(3)?;
+        let (heap, indexes): (i64, i64) = (row.try_get(4)?, row.try_get(5)?);
+        Ok(vec![format!(
+            "live tuples {live}, dead tuples {dead}, autovacuums {vacuums} (last {last}), \
+             heap {heap} B, indexes {indexes} B"
+        )])
+    }
+
+    async fn remove_all(&self) -> Result<(), BoxError> {
+        sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table()))
+            .execute(self.store.pool())
+            .await?;
+        Ok(())
     }
 }

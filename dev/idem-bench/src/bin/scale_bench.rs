@@ -1,0 +1,6 @@
+//! `scale-bench`: see `idem_bench::cmd::scale`; `--help` explains the options.
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    idem_bench::cmd::scale::main()
+}

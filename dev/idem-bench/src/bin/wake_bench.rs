@@ -1,0 +1,6 @@
+//! `wake-bench`: see `idem_bench::cmd::wake`; `--help` explains the options.
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    idem_bench::cmd::wake::main()
+}

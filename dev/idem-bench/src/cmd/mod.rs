@@ -1,0 +1,8 @@
+//! One module per binary: its command line and its `main`. The binaries
+//! themselves (`src/main.rs`, `src/bin/`) only call these.
+
+pub mod headline;
+pub mod inbox;
+pub mod scale;
+pub mod serve;
+pub mod wake;
