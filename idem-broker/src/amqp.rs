@@ -111,8 +111,9 @@ impl AmqpSource {
     /// waits a broker round trip between messages. Measured with a Redis
     /// store at concurrency 16, a prefetch of 16 held the idempotent
     /// consumer to about half the raw consumer's rate and a prefetch of 32
-    /// brought it level (BENCHMARKS.md). Deliveries held beyond the
-    /// running handlers are requeued if the connection closes.
+    /// brought it level (`dev/idem-bench/notes/2026-11-30-brokers.md`).
+    /// Deliveries held beyond the running handlers are requeued if the
+    /// connection closes.
     /// Declares the retry queue `<queue>.idem-retry`, and the dead-letter
     /// queue when one is given.
     pub async fn new(

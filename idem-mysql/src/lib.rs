@@ -139,8 +139,8 @@
 //! while InnoDB's buffer pool holds the table, or at least its primary key.
 //! At 10 million records the table is about 3.8 GB; with MariaDB's default
 //! 128 MiB pool, replays there took 1.4–1.8× their time on a 10,000-record
-//! table, and with `innodb_buffer_pool_size` at 4 GiB 1.0–1.06× (the
-//! "Scale" section of `BENCHMARKS.md`). Size the pool for the records the
+//! table, and with `innodb_buffer_pool_size` at 4 GiB 1.0–1.06×
+//! (`dev/idem-bench/notes/2026-11-30-scale.md`). Size the pool for the records the
 //! retention keeps: about 380 bytes each.
 //!
 //! # Exactly-once effects: transactional completion

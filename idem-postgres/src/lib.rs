@@ -115,8 +115,8 @@
 //! indexes keep what they grew before it. Measured over an hour of churn at
 //! 10 million records with these settings, autovacuum ran every two
 //! minutes and the heap held within 3 % of its size after the bulk load;
-//! with no vacuum, 25 minutes of the same churn had grown it 16 % (the
-//! "Scale" section of `BENCHMARKS.md`).
+//! with no vacuum, 25 minutes of the same churn had grown it 16 %
+//! (`dev/idem-bench/notes/2026-12-01-purge-at-scale.md`).
 //!
 //! A replay is one primary-key lookup; at millions of records it stays
 //! about as fast as at thousands while the key's index fits in

@@ -59,10 +59,12 @@ use crate::schema::{Statements, TableName};
 /// notified takes a database-wide lock at commit, which serializes the
 /// commits of all completions: in the release bench, first executions at
 /// 32 callers fell to 0.28–0.42× the raw protocol with it on, against
-/// about 1.0× without (see `BENCHMARKS.md`). Turn it on where callers wait
-/// often and completions are few; leave it off behind a transaction-pooling
-/// proxy such as PgBouncer in transaction mode, where `LISTEN` receives
-/// nothing. Off, waiters poll (5 ms doubling to 250 ms).
+/// about 1.0× without
+/// (`dev/idem-bench/notes/2026-11-30-transactional-rows.md`). Turn it on
+/// where callers wait often and completions are few; leave it off behind
+/// a transaction-pooling proxy such as PgBouncer in transaction mode,
+/// where `LISTEN` receives nothing. Off, waiters poll (5 ms doubling to
+/// 250 ms).
 #[derive(Clone)]
 pub struct PostgresStore {
     pub(crate) pool: PgPool,

@@ -49,13 +49,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   zero (1 ms), a lower bound, as the store contract allows for settled
 ///   records found by `insert`: nothing is decided on it, and
 ///   [`load`](idem_core::store::Store::load) (the `idem` command's `inspect`)
-///   reports it exactly. Reading it would cost every replay a transaction:
-///   the claim was once `MULTI` / `SET … NX GET PX` / `PTTL` / `EXEC`, and
-///   a claim script that read `PTTL` only when it found a value was tried
-///   too; both ran replays at 32 callers at 0.50–0.66× a bare
-///   `SET … NX GET` on one 2-core machine (the transaction's three extra
-///   replies on the client, Lua's fixed cost per call on the server),
-///   where the bare claim inside idem ran at 0.85–0.87×.
+///   reports it exactly. Reading it would cost every replay a transaction
+///   or a script, which made replays at 32 callers markedly slower than a
+///   bare claim (`dev/idem-bench/notes/2026-12-01-redis-claim.md`).
 /// * **The server's clock.** Retention is the key's own expiry, set from a
 ///   duration with `PX`, so Redis forgets outcomes by itself; the lease
 ///   deadline is kept as milliseconds before that expiry, so the lease left

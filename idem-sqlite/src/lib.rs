@@ -66,8 +66,8 @@
 //! space the next peak would take again. To shrink the file after a peak
 //! that will not return, run `VACUUM` while the application is stopped
 //! (it needs free disk about the file's size), or `VACUUM INTO` a new file
-//! and swap it in. The "Scale" section of `BENCHMARKS.md` shows the file
-//! size and free pages after a churn.
+//! and swap it in. `dev/idem-bench/notes/2026-12-01-purge-at-scale.md`
+//! shows the file size and free pages after a churn.
 #![forbid(unsafe_code)]
 
 mod error;

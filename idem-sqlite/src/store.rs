@@ -105,8 +105,8 @@ pub enum Synchronous {
 ///   [`PURGE_BATCH`](idem_core::store::PURGE_BATCH) records holds a claim up for
 ///   one chunk's delete, not the whole batch's. The price: each chunk
 ///   commits on its own, so a purge deletes fewer records a second
-///   (`BENCHMARKS.md`, "Purge at scale": still 15× a 1,000/s ingest at
-///   ten million records).
+///   (still 15× a 1,000/s ingest at ten million records,
+///   `dev/idem-bench/notes/2026-12-01-purge-at-scale.md`).
 ///
 /// # Schema
 ///
@@ -219,7 +219,7 @@ impl SqliteStore {
     /// without a system call and a copy into the page cache above: in a
     /// file far larger than that cache it is the difference between
     /// replays that slow down with the file's size and replays that do not
-    /// (see `BENCHMARKS.md`, "Scale"). What it costs: an I/O error on a
+    /// (`dev/idem-bench/notes/2026-11-30-scale.md`). What it costs: an I/O error on a
     /// mapped page (a failing disk, a file truncated behind SQLite's back)
     /// ends the process with `SIGBUS` instead of failing one statement,
     /// and the mapped pages count toward the process's resident memory.

@@ -53,8 +53,8 @@ pub const DEFAULT_ENQUEUE_GROUPS: usize = 2;
 ///
 /// Why: each single-row enqueue costs the server a statement, a
 /// transaction and a commit, and the client a round trip; under a burst
-/// of deliveries these, not the rows, are the work (`BENCHMARKS.md`, "The
-/// inbox").
+/// of deliveries these, not the rows, are the work
+/// (`dev/idem-bench/notes/2026-11-30-inbox.md`).
 #[derive(Debug, Clone)]
 pub struct PostgresQueue {
     pool: PgPool,

@@ -1,5 +1,9 @@
 //! Pools shared with the application, concurrent migrations, and
-//! connections killed under the store (`KILL`) before and after the work.
+//! connections killed under the store (`KILL`) before and after the work:
+//! a claim waiting on a row lock (the error says the work never ran, and
+//! the next call runs it once), a completion waiting on a row lock (the
+//! error says the work ran, and the key stays claimed by its owner), and
+//! every idle pool connection while the work runs (replaced, no error).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
