@@ -2,6 +2,16 @@
 //! while a lease is live no key runs twice, after it lapses exactly one
 //! retry takes over, and every outcome a caller was told replays unchanged.
 //!
+//! Four `fault-worker` processes run `execute` on 400 shared keys; the
+//! supervisor kills one at random every 75–300 ms, and each worker kills
+//! itself with 1.5 % odds at four points (before the claim, mid-work, after
+//! the work before recording, after recording). Every run writes `start`
+//! and `done` lines to a ledger file. The checks: each key's recorded
+//! outcome matches exactly one run, every other run belongs to a killed
+//! worker, a key's second run starts only after the first run's worker died
+//! and at least half a lease later, and every key settles once the leases
+//! lapse.
+//!
 //! `IDEM_CRASH_TRIALS` (default 1) and `IDEM_CRASH_SECS` (default 4) raise
 //! the work done.
 
