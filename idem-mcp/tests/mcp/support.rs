@@ -169,7 +169,7 @@ impl Wire {
 
 /// The line with its JSON-RPC `id` blanked, and the call key and replay
 /// marker of a tool result.
-fn inspect(line: &str) -> Option<(String, String, bool)> {
+pub(crate) fn inspect(line: &str) -> Option<(String, String, bool)> {
     let message: Value = serde_json::from_str(line).ok()?;
     let meta = message.get("result")?.get("_meta")?;
     let key = meta.get(meta::CALL_KEY)?.as_str()?.to_owned();
