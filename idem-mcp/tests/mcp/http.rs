@@ -11,7 +11,9 @@ use axum::response::Response;
 use idem_core::{Idempotent, MemoryStore};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::{StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::{
+    StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService,
+};
 use rmcp::{ErrorData, ServiceError, ServiceExt};
 use serde_json::json;
 
@@ -33,7 +35,10 @@ async fn drop_ran(State(wire): State<Arc<Wire>>, request: Request, next: Next) -
         .find(|line| line.starts_with('{'));
     match message.and_then(inspect) {
         Some((blanked, key, false)) => {
-            wire.calls.lock().unwrap().insert(key, (blanked, Vec::new()));
+            wire.calls
+                .lock()
+                .unwrap()
+                .insert(key, (blanked, Vec::new()));
             Response::builder()
                 .status(http::StatusCode::BAD_GATEWAY)
                 .body(Body::empty())
@@ -114,7 +119,11 @@ async fn dropped_http_responses_retried_send_each_email_once() {
 
     let refused = client
         .peer()
-        .call_tool(call("send_email", json!({"to": "eve@example.com"}), Some("http-0")))
+        .call_tool(call(
+            "send_email",
+            json!({"to": "eve@example.com"}),
+            Some("http-0"),
+        ))
         .await;
     match refused {
         Err(ServiceError::McpError(error)) => {
