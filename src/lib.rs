@@ -41,6 +41,7 @@
 //! | `inbox`, `inbox-postgres`, `inbox-actix` | `idem::inbox` | the webhook inbox and its queues |
 //! | `nats`, `amqp`, `redis-streams` | `idem::broker` | idempotent broker consumers |
 //! | `conformance` | `idem::conformance` | the kit that proves a store of your own |
+//! | `mcp` | `idem::mcp` | MCP tool calls an agent can retry, with an approval gate |
 //!
 //! Each module is the crate of the same name (`idem::redis` is
 //! `idem-redis`); depending on those crates directly works as well.
@@ -66,6 +67,9 @@ pub use idem_http as http;
 #[cfg(feature = "inbox")]
 #[doc(inline)]
 pub use idem_inbox as inbox;
+#[cfg(feature = "mcp")]
+#[doc(inline)]
+pub use idem_mcp as mcp;
 #[cfg(feature = "mysql")]
 #[doc(inline)]
 pub use idem_mysql as mysql;
