@@ -8,10 +8,12 @@
 //! The cases are listed once, in that macro; each is a plain `async fn`
 //! here, taking a [`TxFactory`].
 //!
-//! The work writes through the connection of a [`StoreTx`], across
-//! awaits, so a store whose transaction cannot be held by the caller (the
-//! SQLite store runs the work as a closure on its writer thread, inside a
-//! group commit) cannot run this kit and keeps its own cases.
+//! A store whose open transaction holds its only writer (SQLite's:
+//! [`StoreTx::HOLDS_THE_WRITER`]) runs the cases that need no other write
+//! while a transaction is open, with `tx_tests!(single_writer: factory)`:
+//! there a takeover, a usurper or a second caller waits for the
+//! transaction's end instead of racing it, and a connection outside a
+//! transaction cannot be named.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -467,12 +469,14 @@ pub async fn a_lease_used_after_it_was_settled_is_lease_lost<X: TxFactory>(facto
     };
     let lease = f.lease("k").await;
     lease.complete(b"1").await.unwrap();
+    // Both settled before the transaction opens, so that a single-writer
+    // store, whose writes wait for an open transaction, runs it too.
+    let released = f.lease("k2").await;
+    released.release().await.unwrap();
     let mut tx = f.db.open().await;
     f.write(&mut tx, "again").await;
     let again = tx.settle(&lease, State::Completed, b"2").await;
     assert!(matches!(again, Err(Error::LeaseLost)), "{again:?}");
-    let released = f.lease("k2").await;
-    released.release().await.unwrap();
     let again = tx.settle(&released, State::Failed, b"2").await;
     assert!(matches!(again, Err(Error::LeaseLost)), "{again:?}");
     tx.rollback().await;
@@ -576,25 +580,38 @@ pub async fn a_release_after_the_commit_changes_nothing<X: TxFactory>(factory: &
 /// (`kit::a_stale_owner_gets_lease_lost_and_its_rows_never_land`, …), for
 /// the [`TxFactory`] at `$factory`. The one list of the cases.
 ///
+/// `tx_tests!(single_writer: $factory)` leaves out the four cases that
+/// write, or name a connection, while a transaction is open (the heartbeat
+/// against a second caller, the two stale owners, completing outside a
+/// transaction), for a store whose open transaction holds its only writer.
+///
 /// Each test runs on a multi-threaded runtime with four workers: the
 /// heartbeat and racing callers need more than one.
 #[macro_export]
 macro_rules! tx_tests {
     ($factory:path) => {
+        $crate::tx_tests! { @cases $factory:
+            the_heartbeat_keeps_the_lease_while_the_transaction_is_open,
+            a_stale_owner_gets_lease_lost_and_its_rows_never_land,
+            execute_in_tx_rolls_back_a_stale_owner,
+            completing_outside_a_transaction_is_refused,
+        }
+    };
+    (single_writer: $factory:path) => {
+        $crate::tx_tests! { @cases $factory: }
+    };
+    (@cases $factory:path: $($concurrent:ident,)*) => {
         $crate::__tx_tests! { $factory:
             rows_and_outcome_commit_together_and_retries_replay,
             racing_callers_make_one_row_per_key,
             a_work_error_rolls_back_its_rows_and_releases_the_key,
             a_remembered_failure_commits_with_its_rows_and_replays_without_running,
-            the_heartbeat_keeps_the_lease_while_the_transaction_is_open,
-            a_stale_owner_gets_lease_lost_and_its_rows_never_land,
-            execute_in_tx_rolls_back_a_stale_owner,
             a_lease_used_after_it_was_settled_is_lease_lost,
-            completing_outside_a_transaction_is_refused,
             a_transaction_on_another_database_is_refused,
             a_rolled_back_completion_gives_the_key_back,
             a_dropped_completion_gives_the_key_back,
             a_release_after_the_commit_changes_nothing,
+            $($concurrent,)*
         }
     };
 }

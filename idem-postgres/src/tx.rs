@@ -37,6 +37,16 @@ pub(crate) fn fenced_completion(swap: &str, channel: Option<&str>) -> String {
 }
 
 impl PostgresStore {
+    /// Opens a transaction on the store's pool, for business writes whose
+    /// outcome [`complete_in`](PostgresStore::complete_in) records inside it:
+    /// the same call as on the other SQL stores (`SqliteStore::begin`,
+    /// `MySqlStore::begin`). Unlike a bare `pool.begin()`, a caller dropped
+    /// while the `BEGIN` is on its way leaves no transaction open on a
+    /// pooled connection.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        idem_sql::begin(self.pool()).await.map_err(error)
+    }
+
     /// Records `payload` as the lease's `Completed` outcome **inside** the
     /// open transaction on `tx`, fenced by the lease's token. Commit the
     /// transaction afterwards: the outcome becomes durable together with
@@ -66,7 +76,7 @@ impl PostgresStore {
     /// let BeginJson::Run(lease) = idem.begin_json::<_, i64, Infallible>("order-7f3a", &1250).await? else {
     ///     return Ok(()); // replayed
     /// };
-    /// let mut tx = store.pool().begin().await?;
+    /// let mut tx = store.begin().await?;
     /// // … the business writes, through `&mut *tx` …
     /// let done = store.complete_in(&mut tx, lease, b"1250").await?;
     /// done.commit(tx.commit()).await?;

@@ -74,6 +74,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod group;
 mod inspect;
 mod ops;
 #[cfg(feature = "raw-protocol")]
@@ -84,9 +85,10 @@ mod store;
 mod tx;
 mod writer;
 
+pub use group::Settle;
 pub use rusqlite;
 pub use store::{
     SqliteStore, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_CACHE_BYTES, DEFAULT_MAX_BATCH,
     PURGE_CHUNK,
 };
-pub use tx::Settle;
+pub use tx::{SqliteTx, TxFuture};

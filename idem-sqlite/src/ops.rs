@@ -101,7 +101,9 @@ pub(crate) enum Op {
     #[cfg(feature = "raw-protocol")]
     Raw(crate::raw::RawOp),
     /// A lease's work and its fenced completion, in one savepoint.
-    Work(crate::tx::TxWork),
+    Work(crate::group::TxWork),
+    /// A caller's transaction: the writer serves only it until it ends.
+    Session(crate::tx::Session),
     /// A read across records, for operators.
     Inspect(crate::inspect::Query),
 }
@@ -144,7 +146,8 @@ impl Op {
     /// nobody awaits its answer: claims and reads.
     pub(crate) fn is_skippable(&self) -> bool {
         match self {
-            Op::Insert { .. } | Op::Load { .. } | Op::Inspect(_) => true,
+            // A session nobody holds any more has nothing to run.
+            Op::Insert { .. } | Op::Load { .. } | Op::Inspect(_) | Op::Session(_) => true,
             Op::Swap { take_over, .. } => *take_over,
             Op::Remove { .. } | Op::Purge { .. } | Op::Work(_) => false,
             #[cfg(feature = "raw-protocol")]
@@ -229,7 +232,8 @@ impl Op {
             }
             #[cfg(feature = "raw-protocol")]
             Op::Raw(raw) => raw.run(conn, now),
-            Op::Work(work) => crate::tx::run(conn, work),
+            Op::Work(work) => crate::group::run(conn, work),
+            Op::Session(session) => crate::tx::serve(conn, session),
             Op::Inspect(query) => query.run(conn, now),
         }
     }

@@ -12,9 +12,9 @@ use rusqlite::Connection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::group::{Settle, TxWork};
 use crate::ops::{Done, Op};
 use crate::store::unexpected;
-use crate::tx::{Settle, TxWork};
 use crate::SqliteStore;
 
 /// What the step's work produced, kept until the commit says whether it
@@ -38,7 +38,7 @@ impl SqliteStore {
     /// gave the work, whose key this store holds. The journal write is a
     /// compare-and-set on the run's current token: a stale owner's writes
     /// are undone and it gets [`Error::LeaseLost`]. As with
-    /// [`execute_in_tx`](SqliteStore::execute_in_tx), `work` blocks every
+    /// [`execute_in_batch`](SqliteStore::execute_in_batch), `work` blocks every
     /// other caller of the store while it runs and cannot commit or roll
     /// back; and no renewal of this run's lease runs meanwhile, so keep it
     /// to a few statements.

@@ -132,9 +132,9 @@ pub enum Synchronous {
 /// find the outcome by polling.
 #[derive(Clone)]
 pub struct SqliteStore {
-    commands: Sender<Command>,
+    pub(crate) commands: Sender<Command>,
     path: Option<PathBuf>,
-    wakeups: Arc<Wakeups>,
+    pub(crate) wakeups: Arc<Wakeups>,
 }
 
 impl fmt::Debug for SqliteStore {

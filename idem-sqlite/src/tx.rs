@@ -1,289 +1,407 @@
-//! Transactional completion on SQLite: the work runs as a synchronous
-//! closure on the writer thread, inside a savepoint of the writer's current
-//! group-commit transaction, and its outcome is recorded by the fenced swap
-//! in that same savepoint.
+//! Transactional completion in the shape every SQL store shares: a
+//! transaction the caller holds across awaits ([`SqliteTx`], from
+//! [`SqliteStore::begin`]), `complete_in` / `fail_in` inside it, handing
+//! back the [`Uncommitted`] guard, and `execute_in_tx` over idem-core's
+//! driver.
 //!
-//! Why this shape: every write goes through the one writer connection, so a
-//! transaction of the caller's own (a second connection) would wait for the
-//! write lock while the writer holds it, and holding the writer for an
-//! async closure would stall every other caller for as long as the closure
-//! awaits. A synchronous closure on the writer costs the others only the
-//! closure's own run time, and its writes join the batch of operations that
-//! queued meanwhile, so they share one commit (one fsync) with them.
+//! The transaction is a session on the writer thread: one job of the
+//! writer's group commit (the last of its batch) that runs the caller's
+//! closures inside the work's savepoint until the caller commits or rolls
+//! back. The store has one writer connection, so while a `SqliteTx` is open
+//! every other write of the store waits for it, as every write to a SQLite
+//! file waits for the one writer holding its lock.
 
-use std::any::Any;
-use std::cell::Cell;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc;
 
-use idem_core::store::{NewRecord, State, Token};
-use idem_core::{BeginJson, Error, Fingerprint, Idempotent, Lease, When};
-use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use idem_core::store::{State, StoreError, StoreTx, Uncommitted};
+use idem_core::{Error, Idempotent, Lease, When};
 use rusqlite::Connection;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::oneshot;
 
+use crate::error::{Failure, BACKEND};
+use crate::group::{in_savepoint, statement, undo, SAVEPOINT};
 use crate::ops::{Done, Op, OpError, Owned};
 use crate::store::unexpected;
+use crate::writer::{Command, Job};
 use crate::SqliteStore;
 
-const SAVEPOINT: &str = "idem_work";
+/// The future a transactional work closure returns (defined in idem-core,
+/// shared by every SQL store): write `|tx| Box::pin(async move { … })`.
+pub use idem_core::store::TxFuture;
 
-/// What to do with the key once the work ran, inside its savepoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Settle {
-    /// Keep the work's writes and record this payload as the `Completed`
-    /// outcome.
-    Complete(Vec<u8>),
-    /// Keep the work's writes and record this payload as a remembered
-    /// failure (`Failed`).
-    Fail(Vec<u8>),
-    /// Undo the work's writes and give the key back: a retry runs again.
-    Release,
-    /// Undo the work's writes and leave the key claimed until its lease
-    /// lapses (what a panic in the work does).
-    Abandon,
+/// A closure sent to an open session; `false` ends the session (it
+/// panicked, and the writes it left half done must go).
+type Call = Box<dyn FnOnce(&Connection) -> bool + Send>;
+
+enum Step {
+    Call(Call),
+    End { keep: bool },
 }
 
-pub(crate) type WorkFn = Box<dyn FnOnce(&Connection) -> Settle + Send>;
-
-/// The work of one lease, on its way to the writer thread.
-pub(crate) struct TxWork {
-    key: String,
-    token: Token,
-    fingerprint: Fingerprint,
-    retention: std::time::Duration,
-    /// A durable step's journal write instead of a settle: `Complete`
-    /// keeps the record `InFlight` under this new token and lease.
-    pub(crate) step: Option<(Token, std::time::Duration)>,
-    // Taken once by the writer; a job is never run twice, because it is
-    // always the last of its batch (see `Writer::run`).
-    work: Cell<Option<WorkFn>>,
+/// A caller's transaction as the writer thread serves it.
+pub(crate) struct Session {
+    // Taken once: a session, like a transactional work, is the last job of
+    // its batch and never runs twice.
+    steps: std::cell::Cell<Option<mpsc::Receiver<Step>>>,
+    started: std::cell::Cell<Option<oneshot::Sender<()>>>,
 }
 
-impl TxWork {
-    /// The key this work settles when it commits, `None` for a durable
-    /// step (its record stays in flight).
-    pub(crate) fn settles(&self) -> Option<&str> {
-        self.step.is_none().then_some(self.key.as_str())
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session").finish_non_exhaustive()
     }
 }
 
-impl fmt::Debug for TxWork {
+/// Serves a session on the writer's open transaction, inside the work's
+/// savepoint: its closures run in the order sent, until the caller ends
+/// it. Answers `Changed(true)` when its writes are kept (they commit with
+/// the batch), `Changed(false)` when they were undone.
+pub(crate) fn serve(conn: &Connection, session: &Session) -> Result<Done, OpError> {
+    let Some(steps) = session.steps.take() else {
+        return Err(OpError::Bad(Failure::BadRow(
+            "a transaction's session ran twice".to_owned(),
+        )));
+    };
+    let started = session.started.take();
+    let keep = in_savepoint(conn, move |conn| {
+        if let Some(started) = started {
+            let _ = started.send(());
+        }
+        loop {
+            match steps.recv() {
+                Ok(Step::Call(call)) => {
+                    if !call(conn) || conn.is_autocommit() {
+                        return false;
+                    }
+                }
+                Ok(Step::End { keep }) => return keep,
+                // The `SqliteTx` was dropped: a rollback.
+                Err(mpsc::RecvError) => return false,
+            }
+        }
+    })?;
+    if keep.unwrap_or(false) {
+        statement(conn, &format!("RELEASE {SAVEPOINT}"))?;
+        Ok(Done::Changed(true))
+    } else {
+        undo(conn)?;
+        Ok(Done::Changed(false))
+    }
+}
+
+/// A transaction on the store's database file, held by the caller across
+/// awaits: what [`SqliteStore::begin`] opens, and what the work of
+/// [`SqliteStore::execute_in_tx`] writes through. End it with
+/// [`commit`](SqliteTx::commit) or [`rollback`](SqliteTx::rollback);
+/// dropping it rolls back.
+///
+/// Its statements run on the store's writer connection, inside a savepoint
+/// of the writer's transaction, in the closures given to
+/// [`call`](SqliteTx::call): rusqlite is synchronous, so a statement is a
+/// closure over a [`Connection`] sent to the writer thread. While it is
+/// open, the writer serves only it: every other write of the store (claims,
+/// completions, renewals, other transactions) waits for its end. Keep it
+/// short, and never await another operation of the same store while it is
+/// open (that operation waits for this transaction, which waits for you).
+/// The closures cannot end the transaction or its savepoint (SQLite refuses
+/// `COMMIT`, `ROLLBACK` and `RELEASE idem_work` with an authorization
+/// error); savepoints of their own are fine.
+pub struct SqliteTx {
+    store: SqliteStore,
+    // `None` once the transaction ended.
+    steps: Option<mpsc::Sender<Step>>,
+    ended: Option<oneshot::Receiver<Result<Done, Failure>>>,
+    /// The keys settled in it, whose waiters the commit wakes.
+    settled: Vec<String>,
+}
+
+impl fmt::Debug for SqliteTx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TxWork")
-            .field("key", &self.key)
-            .field("token", &self.token)
+        f.debug_struct("SqliteTx")
+            .field("open", &self.steps.is_some())
+            .field("settled", &self.settled)
             .finish_non_exhaustive()
     }
 }
 
-/// Runs the work in a savepoint of the writer's open transaction and
-/// settles the key there. Answers `Changed(true)` when the settle asked for
-/// took effect, `Changed(false)` when the lease was lost (the work's writes
-/// are undone).
-pub(crate) fn run(conn: &Connection, job: &TxWork) -> Result<Done, OpError> {
-    let Some(work) = job.work.take() else {
-        return Err(OpError::Bad(crate::error::Failure::BadRow(
-            "a transactional work ran twice".to_owned(),
-        )));
-    };
-    statement(conn, &format!("SAVEPOINT {SAVEPOINT}"))?;
-    // The work may not end the transaction it runs in, nor the savepoint:
-    // its writes must commit with the outcome or not at all. SQLite asks
-    // the authorizer when a statement is prepared, so a `COMMIT` inside the
-    // work fails with an authorization error instead of running.
-    conn.authorizer(Some(|context: AuthContext<'_>| match context.action {
-        AuthAction::Transaction { .. } => Authorization::Deny,
-        AuthAction::Savepoint { savepoint_name, .. } if savepoint_name == SAVEPOINT => {
-            Authorization::Deny
-        }
-        _ => Authorization::Allow,
-    }));
-    // The closures built in this module catch their own panics; this one
-    // guards a hand-written `settle_in_tx` closure, so that a panic never
-    // takes the writer thread (and every caller) down.
-    let settle = panic::catch_unwind(AssertUnwindSafe(|| work(conn)));
-    conn.authorizer(None::<fn(AuthContext<'_>) -> Authorization>);
-    if conn.is_autocommit() {
-        // SQLite itself rolled the whole transaction back (a full disk, an
-        // I/O error): the batch must run again without this job.
-        return Err(OpError::Statement(rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-            Some("the transaction was rolled back while the work ran".to_owned()),
-        )));
-    }
-    let (state, payload) = match settle {
-        Ok(Settle::Complete(payload)) => (State::Completed, payload),
-        Ok(Settle::Fail(payload)) => (State::Failed, payload),
-        Ok(Settle::Release) if job.step.is_some() => {
-            // A step is never released: the journal must stay.
-            undo(conn)?;
-            return Ok(Done::Changed(true));
-        }
-        Ok(Settle::Release) => {
-            undo(conn)?;
-            return Op::Remove {
-                key: job.key.clone(),
-                expected: job.token,
+impl SqliteTx {
+    /// Runs `statements` on the transaction's connection and returns what
+    /// they returned. A panic in them rolls the transaction back and
+    /// resumes in the caller. Once the transaction has ended (committed,
+    /// rolled back, or undone by SQLite after an I/O error) this is an
+    /// `SQLITE_ABORT` error saying so.
+    pub async fn call<T, F>(&mut self, statements: F) -> rusqlite::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let call: Call = Box::new(move |conn| {
+            let ran = panic::catch_unwind(AssertUnwindSafe(|| statements(conn)));
+            let go_on = ran.is_ok();
+            let _ = reply.send(ran);
+            go_on
+        });
+        self.send(Step::Call(call))
+            .map_err(|()| ended("the transaction has ended"))?;
+        match answer.await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(panicked)) => {
+                self.steps = None;
+                panic::resume_unwind(panicked)
             }
-            .run(conn);
+            Err(_) => Err(ended("the transaction has ended")),
         }
-        Ok(Settle::Abandon) | Err(_) => {
-            undo(conn)?;
-            return Ok(Done::Changed(true));
+    }
+
+    /// Commits: the writes made in it, and the outcomes recorded by
+    /// `complete_in` / `fail_in`, become durable together with the
+    /// writer's batch. A transaction that had already been undone (a
+    /// panic in one of its closures, an I/O error) is an error, and nothing
+    /// of it landed.
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        match self.end(true).await? {
+            true => {
+                for key in &self.settled {
+                    self.store.wakeups.wake(key);
+                }
+                Ok(())
+            }
+            false => Err(StoreError::backend(
+                BACKEND,
+                "the transaction was rolled back before its commit (a panic in its \
+                 statements, or SQLite undid it after an I/O error); nothing of it landed",
+            )),
         }
-    };
-    let record = match job.step {
-        Some((token, lease)) => NewRecord {
-            token,
-            fingerprint: job.fingerprint,
-            state: State::InFlight,
-            payload: &payload,
-            lease: Some(lease),
-            retention: job.retention,
-        },
-        None => NewRecord {
-            token: job.token,
-            fingerprint: job.fingerprint,
-            state,
-            payload: &payload,
-            lease: None,
-            retention: job.retention,
-        },
-    };
-    let swap = Op::Swap {
-        key: job.key.clone(),
-        expected: job.token,
-        record: Owned::from(&record),
-        take_over: false,
-    };
-    match swap.run(conn)? {
-        Done::Changed(true) => {
-            statement(conn, &format!("RELEASE {SAVEPOINT}"))?;
-            Ok(Done::Changed(true))
+    }
+
+    /// Rolls back: nothing written in it lands. An error means the writer
+    /// could not answer; the transaction's writes are undone all the same
+    /// (the writer's batch fails without them).
+    pub async fn rollback(mut self) -> Result<(), StoreError> {
+        self.end(false).await.map(drop)
+    }
+
+    fn send(&self, step: Step) -> Result<(), ()> {
+        match &self.steps {
+            Some(steps) => steps.send(step).map_err(drop),
+            None => Err(()),
         }
-        // A stale owner: its writes go with the savepoint.
-        _ => {
-            undo(conn)?;
-            Ok(Done::Changed(false))
+    }
+
+    /// Ends the session; whether its writes were kept.
+    async fn end(&mut self, keep: bool) -> Result<bool, StoreError> {
+        let _ = self.send(Step::End { keep });
+        self.steps = None;
+        let Some(ended) = self.ended.take() else {
+            return Ok(false);
+        };
+        match ended.await {
+            Ok(Ok(Done::Changed(kept))) => Ok(kept),
+            Ok(Ok(other)) => Err(unexpected(other)),
+            Ok(Err(failure)) => Err(failure.into_store_error()),
+            Err(_) => Err(Failure::WriterGone.into_store_error()),
         }
+    }
+
+    /// Runs one of the store's operations inside the transaction.
+    async fn op(&mut self, op: Op) -> Result<Result<Done, OpError>, ()> {
+        let (reply, answer) = oneshot::channel();
+        let call: Call = Box::new(move |conn| {
+            let _ = reply.send(op.run(conn));
+            true
+        });
+        self.send(Step::Call(call))?;
+        answer.await.map_err(drop)
     }
 }
 
-fn undo(conn: &Connection) -> rusqlite::Result<()> {
-    statement(conn, &format!("ROLLBACK TO {SAVEPOINT}"))?;
-    statement(conn, &format!("RELEASE {SAVEPOINT}"))
-}
-
-fn statement(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(drop)
-}
-
-/// What the work of [`SqliteStore::execute_in_tx`] produced, kept until
-/// the commit says whether it stands.
-enum Produced<T, E> {
-    Value(T),
-    Work(E),
-    Encode(serde_json::Error),
-    Panic(Box<dyn Any + Send>),
-}
-
-impl TxWork {
-    /// A durable step's work: `Complete(journal)` writes the journal as
-    /// the `InFlight` record's payload, fenced by `expected`, under
-    /// `token`.
-    pub(crate) fn step(
-        key: String,
-        expected: Token,
-        record: &NewRecord<'_>,
-        work: WorkFn,
-    ) -> TxWork {
-        TxWork {
-            key,
-            token: expected,
-            fingerprint: record.fingerprint,
-            retention: record.retention,
-            step: Some((record.token, record.lease.unwrap_or_default())),
-            work: Cell::new(Some(work)),
-        }
-    }
+fn ended(why: &str) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+        Some(why.to_owned()),
+    )
 }
 
 impl SqliteStore {
-    /// Runs `work` on the store's writer connection, inside a savepoint of
-    /// the writer's current transaction, then settles the lease there as
-    /// `work` says: a fenced swap for [`Settle::Complete`] and
-    /// [`Settle::Fail`] (the work's writes and the outcome commit together),
-    /// or an undo of the work's writes for [`Settle::Release`] (then the key
-    /// is released) and [`Settle::Abandon`].
+    /// Opens a transaction on the store's database file, for business
+    /// writes whose outcome [`complete_in`](SqliteStore::complete_in)
+    /// records inside it: the shape of `pool.begin()` on the server stores.
     ///
-    /// The low-level step under [`execute_in_tx`](SqliteStore::execute_in_tx).
-    /// Returns once the transaction committed. [`Error::LeaseLost`] means
-    /// the lease was taken over or already settled: the work's writes were
-    /// undone. `work` cannot end the transaction or the savepoint (SQLite
-    /// refuses `COMMIT`, `ROLLBACK` and `RELEASE` inside it with an
-    /// authorization error); savepoints of its own are fine.
+    /// Returns once the writer thread serves it, and from then on the
+    /// writer serves only it (see [`SqliteTx`]). An error is the writer's
+    /// (its `BEGIN` failed, or it is gone); nothing was opened.
+    pub async fn begin(&self) -> Result<SqliteTx, StoreError> {
+        let (steps, inbox) = mpsc::channel();
+        let (started, serving) = oneshot::channel();
+        let (reply, mut ended) = oneshot::channel();
+        let session = Session {
+            steps: std::cell::Cell::new(Some(inbox)),
+            started: std::cell::Cell::new(Some(started)),
+        };
+        self.commands
+            .send(Command::Job(Job {
+                op: Op::Session(session),
+                reply,
+            }))
+            .map_err(|_| Failure::WriterGone.into_store_error())?;
+        if serving.await.is_err() {
+            // The session never started: its job's answer says why.
+            return Err(match (&mut ended).await {
+                Ok(Err(failure)) => failure.into_store_error(),
+                Ok(Ok(other)) => unexpected(other),
+                Err(_) => Failure::WriterGone.into_store_error(),
+            });
+        }
+        Ok(SqliteTx {
+            store: self.clone(),
+            steps: Some(steps),
+            ended: Some(ended),
+            settled: Vec::new(),
+        })
+    }
+
+    /// Records `payload` as the lease's `Completed` outcome **inside** the
+    /// open transaction `tx`, fenced by the lease's token; the same method,
+    /// with the same guard, as on the PostgreSQL and MariaDB stores. Commit
+    /// the transaction afterwards: the outcome becomes durable together
+    /// with every write made in it, or, on rollback, neither does.
     ///
-    /// `work` runs on the writer thread and every other caller of the store
-    /// waits while it runs: keep it to a few statements, with no network
-    /// calls and no sleeping.
-    pub async fn settle_in_tx(
+    /// End the transaction through the [`Uncommitted`] this returns,
+    /// `done.commit(tx.commit())` or `done.rollback(tx.rollback())`; a
+    /// rollback, or dropping both, gives the key back (the release waits
+    /// for the transaction to end). On an error the lease is dropped and
+    /// the key stays claimed until it lapses.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    ///
+    /// use idem_core::{BeginJson, Idempotent};
+    /// use idem_sqlite::SqliteStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = SqliteStore::open_in_memory().await?;
+    /// let idem = Idempotent::new(store.clone());
+    /// let BeginJson::Run(lease) = idem.begin_json::<_, i64, Infallible>("order-7f3a", &1250).await? else {
+    ///     return Ok(()); // replayed
+    /// };
+    /// let mut tx = store.begin().await?;
+    /// tx.call(|conn| conn.execute_batch("CREATE TABLE charges (amount INTEGER)")).await?;
+    /// tx.call(|conn| conn.execute("INSERT INTO charges VALUES (1250)", [])).await?;
+    /// let done = store.complete_in(&mut tx, lease, b"1250").await?;
+    /// done.commit(tx.commit()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// * [`Error::LeaseLost`]: the lease was taken over, or was already
+    ///   settled: nothing was written; roll the transaction back, so that a
+    ///   stale owner's writes never land.
+    /// * A [config](idem_core::store::StoreErrorKind::Config) store error,
+    ///   nothing written: `tx` is a transaction of another store (another
+    ///   database file), or it has ended.
+    /// * A backend store error: the statement failed; roll back.
+    ///
+    /// Run no heartbeat around the transaction: while it is open nothing
+    /// can take the key over (every write of the store waits for it), and a
+    /// renewal would wait for its end too.
+    pub async fn complete_in(
         &self,
+        tx: &mut SqliteTx,
+        lease: Lease,
+        payload: &[u8],
+    ) -> Result<Uncommitted, Error> {
+        self.settle_in(tx, &lease, State::Completed, payload)
+            .await?;
+        Ok(Uncommitted::new(lease))
+    }
+
+    /// Like [`complete_in`](SqliteStore::complete_in), but records the
+    /// payload as a remembered failure (`Failed`), replayed to every retry.
+    pub async fn fail_in(
+        &self,
+        tx: &mut SqliteTx,
+        lease: Lease,
+        payload: &[u8],
+    ) -> Result<Uncommitted, Error> {
+        self.settle_in(tx, &lease, State::Failed, payload).await?;
+        Ok(Uncommitted::new(lease))
+    }
+
+    async fn settle_in(
+        &self,
+        tx: &mut SqliteTx,
         lease: &Lease,
-        work: impl FnOnce(&Connection) -> Settle + Send + 'static,
+        state: State,
+        payload: &[u8],
     ) -> Result<(), Error> {
-        let op = Op::Work(TxWork {
+        // Clones share the writer, and with it the wake-ups: a store opened
+        // on its own (even on the same file) has others.
+        if !std::sync::Arc::ptr_eq(&tx.store.wakeups, &self.wakeups) {
+            return Err(misuse(
+                "the transaction is on another store's database than this store's; \
+                 nothing was recorded",
+            ));
+        }
+        let op = Op::Swap {
             key: lease.key().as_str().to_owned(),
-            token: lease.token(),
-            fingerprint: lease.fingerprint(),
-            retention: lease.retention(),
-            step: None,
-            work: Cell::new(Some(Box::new(work))),
-        });
-        let ran = lease.run(self.call(op)).await;
-        match ran.output {
-            // The writer thread has woken the key's waiters at commit.
-            Ok(Done::Changed(true)) => Ok(()),
-            Ok(Done::Changed(false)) => Err(Error::LeaseLost),
-            Ok(other) => Err(Error::Store {
-                source: unexpected(other),
-                when: When::AfterWork,
-            }),
-            Err(source) => Err(Error::Store {
-                source,
-                when: When::AfterWork,
-            }),
+            expected: lease.token(),
+            record: Owned::from(&lease.record(state, payload)),
+            take_over: false,
+        };
+        let after_work = |source| Error::Store {
+            source,
+            when: When::AfterWork,
+        };
+        match tx.op(op).await {
+            Ok(Ok(Done::Changed(true))) => {
+                tx.settled.push(lease.key().as_str().to_owned());
+                Ok(())
+            }
+            Ok(Ok(Done::Changed(false))) => Err(Error::LeaseLost),
+            Ok(Ok(other)) => Err(after_work(unexpected(other))),
+            Ok(Err(OpError::Statement(error))) => Err(after_work(
+                Failure::from_sqlite(error, std::time::Duration::ZERO).into_store_error(),
+            )),
+            Ok(Err(OpError::Bad(failure))) => Err(after_work(failure.into_store_error())),
+            Err(()) => Err(misuse("the transaction has ended; nothing was recorded")),
         }
     }
 
-    /// Runs `work` exactly once for `key` and `body` in the same SQLite
-    /// transaction as its recorded outcome, and replays that outcome to
-    /// every retry.
+    /// Runs `work` exactly once for `key` and `body` **inside a
+    /// transaction on this store's file** ([`SqliteTx`]), records its
+    /// outcome in that same transaction, and replays the outcome to every
+    /// retry: the same method, closure and answers as on the PostgreSQL
+    /// and MariaDB stores, with idem-core's
+    /// [`execute_in_store_tx`](Idempotent::execute_in_store_tx) as the one
+    /// policy.
     ///
-    /// The claim commits first, on its own. Then `work` runs as a
-    /// synchronous closure on the store's writer thread, inside a savepoint
-    /// of the transaction that batches the operations waiting at that
-    /// moment; the fenced completion runs in the same savepoint, and the
-    /// batch's one commit makes the work's writes and the outcome durable
-    /// together (group commit is kept: other callers share that commit).
-    /// A crash leaves both or neither.
+    /// The claim commits on its own first. Then a transaction opens, `work`
+    /// gets it (`&mut SqliteTx`, whose statements are closures run by
+    /// [`SqliteTx::call`]), the fenced completion runs in it, and one
+    /// commit makes the writes and the outcome durable together. A crash
+    /// leaves both or neither.
     ///
     /// * `Ok(value)` is recorded and returned after the commit.
-    /// * `Err(e)` undoes the work's writes, releases the key and returns
-    ///   [`Error::Work`]; a retry runs the work again.
-    /// * A lease taken over before the completion: the work's writes are
-    ///   undone and the caller gets [`Error::LeaseLost`].
-    /// * A panic in `work` undoes its writes, leaves the key claimed until
-    ///   the lease lapses, and resumes in the caller.
+    /// * `Err(e)` rolls the writes back, releases the key and returns
+    ///   [`Error::Work`].
+    /// * A lease taken over before the transaction opened: the writes roll
+    ///   back and the caller gets [`Error::LeaseLost`].
     ///
-    /// `work` gets the writer's connection: it may read and write any table
-    /// in the database file (and open savepoints of its own) but cannot
-    /// commit or roll back (SQLite refuses with an authorization error). It
-    /// blocks every other caller of the store while it runs: keep it to a
-    /// few statements. `idem` must claim keys in this store.
+    /// The difference the single writer makes: while the work runs, every
+    /// other write of the store waits (a concurrent caller of the same key
+    /// is told the outcome once it committed, rather than
+    /// [`Error::InProgress`] meanwhile), and no heartbeat runs, since
+    /// nothing can take the key over then. Keep the work short and never
+    /// await another operation of this store inside it. Where throughput
+    /// matters more than the shared shape,
+    /// [`execute_in_batch`](SqliteStore::execute_in_batch) runs a
+    /// synchronous closure inside the writer's group commit instead.
     ///
     /// ```
     /// use idem_core::{Error, Idempotent};
@@ -293,17 +411,23 @@ impl SqliteStore {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = SqliteStore::open_in_memory().await?;
     /// let idem = Idempotent::new(store.clone());
-    /// store
-    ///     .execute_in_tx(&idem, "setup", &(), |conn| {
-    ///         conn.execute_batch("CREATE TABLE charges (key TEXT PRIMARY KEY, amount INTEGER)")
-    ///     })
-    ///     .await?;
-    /// let charge = |conn: &rusqlite::Connection| {
-    ///     conn.execute("INSERT INTO charges VALUES ('order-7f3a', 1250)", [])?;
-    ///     Ok::<_, rusqlite::Error>(conn.last_insert_rowid())
-    /// };
-    /// let first: i64 = store.execute_in_tx(&idem, "order-7f3a", &1250, charge).await?;
-    /// let retry: i64 = store.execute_in_tx(&idem, "order-7f3a", &1250, charge).await?;
+    /// let mut charges = Vec::new();
+    /// for _ in 0..2 {
+    ///     let charge: i64 = store
+    ///         .execute_in_tx(&idem, "order-7f3a", &1250, |tx| {
+    ///             Box::pin(async move {
+    ///                 tx.call(|conn| {
+    ///                     conn.execute_batch("CREATE TABLE IF NOT EXISTS charges (amount INTEGER)")?;
+    ///                     conn.execute("INSERT INTO charges VALUES (1250)", [])?;
+    ///                     Ok(conn.last_insert_rowid())
+    ///                 })
+    ///                 .await
+    ///             })
+    ///         })
+    ///         .await?;
+    ///     charges.push(charge);
+    /// }
+    /// let [first, retry] = charges[..] else { unreachable!() };
     /// assert_eq!(first, retry); // replayed: one row, one outcome
     /// # Ok(())
     /// # }
@@ -317,44 +441,20 @@ impl SqliteStore {
     ) -> Result<T, Error<E>>
     where
         B: Serialize + Sync + ?Sized,
-        T: Serialize + DeserializeOwned + Send + 'static,
-        E: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        T: Serialize + DeserializeOwned + Send,
+        E: Send,
+        F: for<'c> FnOnce(&'c mut SqliteTx) -> TxFuture<'c, Result<T, E>> + Send,
     {
-        let lease = match idem.begin_json(key, body).await? {
-            BeginJson::Run(lease) => lease,
-            BeginJson::Replayed(value) => return Ok(value),
-        };
-        self.run_in_tx(lease, work, |_| None).await
+        idem.execute_in_store_tx(key, body, || self.open_tx(), work)
+            .await
     }
 
-    /// Like [`execute_in_tx`](SqliteStore::execute_in_tx), but a work error
-    /// for which `remember` returns `true` is recorded as a remembered
-    /// failure in the work's savepoint ([`Settle::Fail`]): the work's
-    /// writes made before it returned the error commit with the failure,
-    /// and every retry gets the error back as [`Error::Work`] without
-    /// running — what [`Idempotent::execute_remembering`] does outside
-    /// transactions. Any other error undoes the writes and releases the
-    /// key. `remember` runs on the writer thread with the work.
-    ///
-    /// ```
-    /// use idem_core::{Error, Idempotent};
-    /// use idem_sqlite::SqliteStore;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = SqliteStore::open_in_memory().await?;
-    /// let idem = Idempotent::new(store.clone());
-    /// let decline = |_: &rusqlite::Connection| Err::<u32, _>("card declined".to_owned());
-    /// for _ in 0..2 {
-    ///     let answer = store
-    ///         .execute_in_tx_remembering(&idem, "order-7f3a", &1250, |_: &String| true, decline)
-    ///         .await;
-    ///     assert!(matches!(answer, Err(Error::Work(e)) if e == "card declined"));
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// Like [`execute_in_tx`](SqliteStore::execute_in_tx), but a work
+    /// error for which `remember` returns `true` is recorded as a
+    /// remembered failure **in the work's transaction** (with
+    /// [`fail_in`](SqliteStore::fail_in)), and every retry gets it back as
+    /// [`Error::Work`] without running. The work's writes made before it
+    /// returned the remembered error commit with the failure.
     pub async fn execute_in_tx_remembering<B, T, E, R, F>(
         &self,
         idem: &Idempotent,
@@ -365,78 +465,58 @@ impl SqliteStore {
     ) -> Result<T, Error<E>>
     where
         B: Serialize + Sync + ?Sized,
-        T: Serialize + DeserializeOwned + Send + 'static,
-        E: Serialize + DeserializeOwned + Send + 'static,
-        R: FnOnce(&E) -> bool + Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        T: Serialize + DeserializeOwned + Send,
+        E: Serialize + DeserializeOwned + Send,
+        R: FnOnce(&E) -> bool + Send,
+        F: for<'c> FnOnce(&'c mut SqliteTx) -> TxFuture<'c, Result<T, E>> + Send,
     {
-        let lease = match idem.begin_json_remembering(key, body).await? {
-            BeginJson::Run(lease) => lease,
-            BeginJson::Replayed(value) => return Ok(value),
-        };
-        self.run_in_tx(lease, work, move |error| {
-            remember(error).then(|| serde_json::to_vec(error))
-        })
-        .await
+        idem.execute_in_store_tx_remembering(key, body, remember, || self.open_tx(), work)
+            .await
     }
 
-    async fn run_in_tx<T, E, F, R>(&self, lease: Lease, work: F, remember: R) -> Result<T, Error<E>>
-    where
-        T: Serialize + Send + 'static,
-        E: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
-        R: FnOnce(&E) -> Option<serde_json::Result<Vec<u8>>> + Send + 'static,
-    {
-        let produced = Arc::new(Mutex::new(None));
-        let slot = Arc::clone(&produced);
-        let settled = self
-            .settle_in_tx(&lease, move |conn| {
-                let (settle, kept) = match panic::catch_unwind(AssertUnwindSafe(|| work(conn))) {
-                    Ok(Ok(value)) => match serde_json::to_vec(&value) {
-                        Ok(payload) => (Settle::Complete(payload), Produced::Value(value)),
-                        Err(encode) => (Settle::Release, Produced::Encode(encode)),
-                    },
-                    Ok(Err(error)) => match remember(&error) {
-                        Some(Ok(payload)) => (Settle::Fail(payload), Produced::Work(error)),
-                        // A failure that cannot be encoded cannot be
-                        // remembered: the key goes back, as for any other.
-                        Some(Err(_)) | None => (Settle::Release, Produced::Work(error)),
-                    },
-                    Err(panic) => (Settle::Abandon, Produced::Panic(panic)),
-                };
-                if let Ok(mut slot) = slot.lock() {
-                    *slot = Some(kept);
-                }
-                settle
-            })
-            .await;
-        let produced = produced.lock().ok().and_then(|mut slot| slot.take());
-        match (settled, produced) {
-            (Ok(()), Some(Produced::Value(value))) => Ok(value),
-            (Ok(()), Some(Produced::Work(error))) => Err(Error::Work(error)),
-            (Ok(()), Some(Produced::Encode(error))) => Err(Error::Encode(error)),
-            (_, Some(Produced::Panic(panic))) => panic::resume_unwind(panic),
-            (Err(Error::LeaseLost), Some(Produced::Work(error))) => Err(Error::Work(error)),
-            (Err(_), Some(Produced::Work(error))) => {
-                // A remembered failure that did not commit: nothing of the
-                // attempt landed, so the key goes back; the work's own
-                // error is what the caller must see.
-                let _ = lease.release().await;
-                Err(Error::Work(error))
-            }
-            (Err(error), _) => {
-                // The transaction did not commit (or the lease was lost):
-                // nothing of the work landed. The release is fenced on the
-                // in-flight state, so it cannot undo a settled outcome.
-                if !matches!(error, Error::LeaseLost) {
-                    let _ = lease.release().await;
-                }
-                Err(error.into_work_error())
-            }
-            (Ok(()), None) => Err(Error::Store {
-                source: unexpected(Done::Changed(true)),
-                when: When::AfterWork,
-            }),
-        }
+    async fn open_tx(&self) -> Result<LiteTx<'_>, StoreError> {
+        Ok(LiteTx {
+            store: self,
+            tx: self.begin().await?,
+        })
+    }
+}
+
+/// A transaction on the store, as the shared driver in idem-core runs it.
+struct LiteTx<'s> {
+    store: &'s SqliteStore,
+    tx: SqliteTx,
+}
+
+impl StoreTx for LiteTx<'_> {
+    type Conn = SqliteTx;
+
+    // Every write of the store waits for the transaction, a takeover
+    // included, so no renewal is needed (and one would wait too).
+    const HOLDS_THE_WRITER: bool = true;
+
+    fn conn(&mut self) -> &mut SqliteTx {
+        &mut self.tx
+    }
+
+    async fn settle(&mut self, lease: &Lease, state: State, payload: &[u8]) -> Result<(), Error> {
+        self.store
+            .settle_in(&mut self.tx, lease, state, payload)
+            .await
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await
+    }
+
+    async fn rollback(self) {
+        let _ = self.tx.rollback().await;
+    }
+}
+
+fn misuse<E>(why: &str) -> Error<E> {
+    Error::Store {
+        source: StoreError::config(BACKEND, why.to_owned()),
+        when: When::AfterWork,
     }
 }

@@ -121,14 +121,14 @@ impl Writer {
             match command {
                 Command::Job(job) => {
                     let mut jobs = vec![job];
-                    // A transactional work ends its batch: it runs once,
-                    // so no job after it may fail and make the batch run
-                    // again.
+                    // A transactional work or session ends its batch: it
+                    // runs once, so no job after it may fail and make the
+                    // batch run again.
                     while jobs.len() < self.settings.max_batch
                         && !matches!(
                             jobs.last(),
                             Some(Job {
-                                op: Op::Work(_),
+                                op: Op::Work(_) | Op::Session(_),
                                 ..
                             })
                         )

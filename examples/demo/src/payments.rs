@@ -174,7 +174,7 @@ impl ChargeBook {
                 // latency is spent before it, not inside.
                 tokio::time::sleep(latency).await;
                 store
-                    .execute_in_tx(idem, key, payment, move |conn| {
+                    .execute_in_batch(idem, key, payment, move |conn| {
                         conn.execute(
                             &insert,
                             rusqlite::params![

@@ -106,7 +106,7 @@ impl EffectBook {
         match self {
             EffectBook::Sqlite { store, .. } => {
                 store
-                    .execute_in_tx(&idem, &key, &digest, move |conn| {
+                    .execute_in_batch(&idem, &key, &digest, move |conn| {
                         conn.execute(&insert, rusqlite::params![source, id, attempt])
                             .map(drop)
                             .map_err(|e| e.to_string())

@@ -34,6 +34,13 @@ pub trait StoreTx: Send + Sized {
     /// own.
     type Conn: ?Sized + Send;
 
+    /// Whether the open transaction holds the store's only writer, so that
+    /// no other operation of the store, a takeover included, can run until
+    /// it ends (SQLite's). The driver then runs no heartbeat around the
+    /// work: nothing can take the lease over, and a renewal would wait for
+    /// the transaction's end while the driver waits for the renewal.
+    const HOLDS_THE_WRITER: bool = false;
+
     /// The transaction's connection.
     fn conn(&mut self) -> &mut Self::Conn;
 
@@ -324,7 +331,14 @@ impl Idempotent {
                 return Err(Error::store(source, When::BeforeWork));
             }
         };
-        let ran = lease.run(work(tx.conn())).await;
+        let ran = if X::HOLDS_THE_WRITER {
+            crate::RunOutput {
+                output: work(tx.conn()).await,
+                lease_lost: false,
+            }
+        } else {
+            lease.run(work(tx.conn())).await
+        };
         let (state, payload, answer) = match ran.output {
             Ok(_) if ran.lease_lost => {
                 tx.rollback().await;

@@ -9,4 +9,5 @@ mod legacy;
 mod locking;
 mod support;
 mod tx;
+mod tx_kit;
 mod waking;

@@ -1,13 +1,9 @@
-//! Transactional completion: the work's rows and the outcome commit
-//! together on the writer thread, a stale owner's rows never land, the work
-//! cannot end the transaction, and other callers keep their group commit.
-//!
-//! These cases are SQLite's own, not the conformance kit's transaction
-//! cases (`idem_conformance::tx`) that the PostgreSQL and MariaDB stores
-//! run: the kit's work writes through the connection of a `StoreTx` held
-//! across awaits, while this store runs the work as a synchronous closure
-//! on its writer thread, inside a savepoint of a group commit, so it has
-//! no transaction to hand a caller.
+//! Transactional completion inside the writer's group commit
+//! (`execute_in_batch`, `settle_in_tx`): the work's rows and the outcome
+//! commit together on the writer thread, a stale owner's rows never land,
+//! the work cannot end the transaction, and other callers keep their group
+//! commit. The shared shape (`SqliteTx`, `complete_in`, `execute_in_tx`)
+//! runs the conformance kit's transaction cases in `tx_kit.rs`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,7 +27,7 @@ async fn fixture(lease: Duration) -> Fixture {
     let (store, dir, _) = support::fresh().await;
     let idem = Idempotent::new(store.clone()).with_lease(lease);
     store
-        .execute_in_tx(&idem, "schema", &(), |conn| {
+        .execute_in_batch(&idem, "schema", &(), |conn| {
             conn.execute_batch("CREATE TABLE charges (key TEXT PRIMARY KEY, amount INTEGER)")
         })
         .await
@@ -70,7 +66,7 @@ impl Fixture {
     ) -> Result<i64, Error<rusqlite::Error>> {
         let (key_owned, runs) = (key.to_owned(), Arc::clone(runs));
         self.store
-            .execute_in_tx(&self.idem, key, "body", move |conn: &Connection| {
+            .execute_in_batch(&self.idem, key, "body", move |conn: &Connection| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 conn.execute("INSERT INTO charges VALUES (?1, 1)", [&key_owned])?;
                 Ok(conn.last_insert_rowid())
@@ -145,7 +141,7 @@ async fn a_work_error_undoes_its_rows_and_releases_the_key() {
     let f = fixture(Duration::from_secs(60)).await;
     let failed: Result<i64, Error<&str>> = f
         .store
-        .execute_in_tx(&f.idem, "k", "body", |conn: &Connection| {
+        .execute_in_batch(&f.idem, "k", "body", |conn: &Connection| {
             conn.execute("INSERT INTO charges VALUES ('k', 1)", [])
                 .unwrap();
             Err("declined")
@@ -242,7 +238,7 @@ async fn the_work_cannot_end_its_transaction() {
         let key = format!("k-{i}");
         let refused: Result<(), Error<rusqlite::Error>> = f
             .store
-            .execute_in_tx(&f.idem, &key, "body", move |conn: &Connection| {
+            .execute_in_batch(&f.idem, &key, "body", move |conn: &Connection| {
                 conn.execute("INSERT INTO charges VALUES ('x', 1)", [])?;
                 conn.execute_batch(sql)
             })
@@ -259,7 +255,7 @@ async fn the_work_cannot_end_its_transaction() {
     }
     // A savepoint of the work's own is fine.
     f.store
-        .execute_in_tx(&f.idem, "nested", "body", |conn: &Connection| {
+        .execute_in_batch(&f.idem, "nested", "body", |conn: &Connection| {
             conn.execute_batch(
                 "SAVEPOINT mine; INSERT INTO charges VALUES ('nested', 1); RELEASE mine",
             )
@@ -277,7 +273,7 @@ async fn a_panic_in_the_work_undoes_its_rows_and_the_store_serves_on() {
     let g = Arc::clone(&f);
     let panicked = tokio::spawn(async move {
         g.store
-            .execute_in_tx(
+            .execute_in_batch(
                 &g.idem,
                 "k",
                 "body",
@@ -305,13 +301,13 @@ async fn a_reopened_file_keeps_rows_and_outcomes() {
     let (store, dir, path) = support::fresh().await;
     let idem = Idempotent::new(store.clone());
     store
-        .execute_in_tx(&idem, "schema", &(), |conn| {
+        .execute_in_batch(&idem, "schema", &(), |conn| {
             conn.execute_batch("CREATE TABLE charges (key TEXT PRIMARY KEY, amount INTEGER)")
         })
         .await
         .unwrap();
     let id: i64 = store
-        .execute_in_tx(&idem, "order-1", "body", |conn: &Connection| {
+        .execute_in_batch(&idem, "order-1", "body", |conn: &Connection| {
             conn.execute("INSERT INTO charges VALUES ('order-1', 1)", [])?;
             Ok::<_, rusqlite::Error>(conn.last_insert_rowid())
         })
@@ -321,7 +317,7 @@ async fn a_reopened_file_keeps_rows_and_outcomes() {
     let store = SqliteStore::open(&path).await.unwrap();
     let idem = Idempotent::new(store.clone());
     let replayed: i64 = store
-        .execute_in_tx(&idem, "order-1", "body", |_: &Connection| {
+        .execute_in_batch(&idem, "order-1", "body", |_: &Connection| {
             Ok::<_, rusqlite::Error>(-1)
         })
         .await
@@ -341,7 +337,7 @@ async fn a_remembered_failure_commits_with_its_rows_and_replays_without_running(
         let f = &f;
         async move {
             f.store
-                .execute_in_tx_remembering(
+                .execute_in_batch_remembering(
                     &f.idem,
                     key,
                     &amount,
