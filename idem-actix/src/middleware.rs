@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use idem_core::store::Store;
 use idem_core::Idempotent;
-use idem_http::{lazy_fingerprint, Admission, Options, Panicked, Problem, Reply, Uncancelled};
+use idem_http::{Admission, Options, Panicked, Problem, Reply, Uncancelled};
 
 use crate::body::Body;
 
@@ -156,7 +156,8 @@ where
     let method = Method::from_bytes(request.method().as_str().as_bytes()).unwrap_or_default();
     let headers = headers_of(request.headers());
     let key = match options.admit(&method, &headers) {
-        Admission::Protect(key) => key,
+        Admission::Protect(key) => Some(key),
+        Admission::KeyInBody => None,
         Admission::Refuse(problem) => return Ok(reply(request.request(), problem.into_response())),
         _ => return Ok(inner.call(request).await?.map_into_boxed_body()),
     };
@@ -165,16 +166,29 @@ where
         Ok(body) => body,
         Err(problem) => return Ok(reply(request.request(), problem.into_response())),
     };
+    // The fingerprint and the key read the path and query alone.
+    let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let uri = Uri::try_from(path_and_query).unwrap_or_default();
+    let key = match key {
+        Some(key) => key,
+        None => match options.admit_body(&method, &uri, &headers, &body) {
+            Admission::Protect(key) => key,
+            Admission::Refuse(problem) => {
+                return Ok(reply(request.request(), problem.into_response()))
+            }
+            _ => {
+                request.set_payload(Payload::from(body));
+                return Ok(inner.call(request).await?.map_into_boxed_body());
+            }
+        },
+    };
     let idem = match &config.scope {
         Some(extract) => options
             .idempotent()
             .scoped(extract(&request).unwrap_or_default()),
         None => options.idempotent().clone(),
     };
-    // The fingerprint reads the path and query alone.
-    let path_and_query = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let uri = Uri::try_from(path_and_query).unwrap_or_default();
-    let fingerprint = lazy_fingerprint(&method, &uri, &headers, &body);
+    let fingerprint = options.fingerprint(&method, &uri, &headers, &body);
     let wait = options.wait_for(&headers);
     request.set_payload(Payload::from(body));
     // The request goes to the handler whole: actix routes it only while no

@@ -28,6 +28,11 @@ pub enum Admission {
     /// Protected under this client key: read the body within
     /// [`Options::max_request_body`], then call [`Options::exchange`].
     Protect(String),
+    /// Protected, with the key in the body or found by a function over the
+    /// whole request ([`Options::with_key_source`]): read the body within
+    /// [`Options::max_request_body`], then ask [`Options::admit_body`]. An
+    /// adapter that passes this through unprotected loses the protection.
+    KeyInBody,
 }
 
 /// A response body an adapter can read up to a limit.
@@ -70,6 +75,9 @@ impl Options {
     pub fn admit(&self, method: &Method, headers: &HeaderMap) -> Admission {
         if !self.methods.contains(method) {
             return Admission::Pass;
+        }
+        if self.body_key.is_some() {
+            return self.admit_before_body(headers);
         }
         let key = match client_key(headers, &self.header) {
             Ok(Some(key)) => key,

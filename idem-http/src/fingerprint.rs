@@ -151,14 +151,14 @@ fn raw_of(mut prefix: PartsHasher, body: &[u8]) -> Fingerprint {
     prefix.finish()
 }
 
-fn path_and_query(uri: &Uri) -> &str {
+pub(crate) fn path_and_query(uri: &Uri) -> &str {
     uri.path_and_query()
         .map_or_else(|| uri.path(), |pq| pq.as_str())
 }
 
 /// Every `Content-Type` line counts, joined as HTTP would combine them, so
 /// an added second line cannot hide behind the first.
-fn content_type(headers: &HeaderMap) -> Cow<'_, [u8]> {
+pub(crate) fn content_type(headers: &HeaderMap) -> Cow<'_, [u8]> {
     let mut lines = headers.get_all(CONTENT_TYPE).iter();
     let Some(first) = lines.next() else {
         return Cow::Borrowed(&[]);
@@ -173,7 +173,7 @@ fn content_type(headers: &HeaderMap) -> Cow<'_, [u8]> {
 }
 
 /// Whether the one `Content-Type` line names a JSON media type.
-fn is_json(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     let mut lines = headers.get_all(CONTENT_TYPE).iter();
     let (Some(value), None) = (lines.next(), lines.next()) else {
         return false;

@@ -151,6 +151,22 @@ mod tests {
     }
 
     #[test]
+    fn keys_firefox_generates_are_accepted() {
+        // Firefox (`network.http.idempotencyKey.enabled`) adds a key of its
+        // own to a POST or PATCH that has none: a 64-bit unsigned integer in
+        // decimal, sent as an sf-string.
+        assert_eq!(
+            key_of(&[b"\"18446744073709551615\""]),
+            Ok(Some("18446744073709551615".into()))
+        );
+        assert_eq!(key_of(&[b"\"0\""]), Ok(Some("0".into())));
+        assert_eq!(
+            key_of(&[b"\"9007199254740993\""]),
+            key_of(&[b"9007199254740993"])
+        );
+    }
+
+    #[test]
     fn malformed_values_are_refused_with_their_reason() {
         assert_eq!(key_of(&[b"a", b"b"]), Err(KeyHeaderError::Several));
         assert_eq!(key_of(&[b"a, b"]), Err(KeyHeaderError::Several));

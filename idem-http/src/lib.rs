@@ -66,9 +66,13 @@
 
 mod exchange;
 mod fingerprint;
+pub mod form;
 mod header;
+mod keysource;
 mod metrics;
+pub mod multipart;
 mod options;
+mod policy;
 mod prefer;
 mod problem;
 pub mod ratelimit;
@@ -83,7 +87,9 @@ pub use fingerprint::{
     canonical_fingerprint, fingerprint, lazy_fingerprint, raw_fingerprint, SCHEME,
 };
 pub use header::{client_key, KeyHeaderError};
+pub use keysource::KeySource;
 pub use options::{Options, DEFAULT_MAX_WAIT};
+pub use policy::{FingerprintPolicy, BODY_SCHEME};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
 pub use stored::REPLAYED;

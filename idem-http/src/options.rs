@@ -6,6 +6,9 @@ use http::{HeaderName, Method};
 use idem_core::store::Store;
 use idem_core::Idempotent;
 
+use crate::keysource::KeySource;
+use crate::policy::{FingerprintPolicy, Route};
+
 /// The default limit on request and recorded response bodies: 1 MiB.
 const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
@@ -32,6 +35,9 @@ pub struct Options {
     pub(crate) fail_open: bool,
     pub(crate) store_timeout: Duration,
     pub(crate) max_wait: Duration,
+    pub(crate) body_key: Option<KeySource>,
+    pub(crate) policy: FingerprintPolicy,
+    pub(crate) routes: Vec<(Route, FingerprintPolicy)>,
 }
 
 impl Options {
@@ -55,12 +61,16 @@ impl Options {
             fail_open: false,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             max_wait: DEFAULT_MAX_WAIT,
+            body_key: None,
+            policy: FingerprintPolicy::default(),
+            routes: Vec::new(),
         }
     }
 
     /// Reads the key from this header instead of `Idempotency-Key`.
     pub fn with_header_name(mut self, name: HeaderName) -> Options {
         self.header = name;
+        self.body_key = None;
         self
     }
 
@@ -241,6 +251,30 @@ macro_rules! option_setters {
         /// wait`. Default 10 s; zero ignores the preference.
         pub fn with_max_wait(self, max: ::std::time::Duration) -> Self {
             self.map_options(|o| o.with_max_wait(max))
+        }
+
+        /// Reads the key from `source` (a JSON Pointer into the body, a
+        /// function over the request) instead of the `Idempotency-Key`
+        /// header; see [`KeySource`]($crate::KeySource).
+        pub fn with_key_source(self, source: $crate::KeySource) -> Self {
+            self.map_options(|o| o.with_key_source(source))
+        }
+
+        /// What the fingerprint of every request covers, unless a route
+        /// policy names its path; see [`FingerprintPolicy`]($crate::FingerprintPolicy).
+        pub fn with_fingerprint_policy(self, policy: $crate::FingerprintPolicy) -> Self {
+            self.map_options(|o| o.with_fingerprint_policy(policy))
+        }
+
+        /// What the fingerprint of requests whose path matches `pattern`
+        /// covers: `{name}` matches any one segment, a last `*` any rest;
+        /// the first pattern set that matches decides.
+        pub fn with_route_fingerprint_policy(
+            self,
+            pattern: &str,
+            policy: $crate::FingerprintPolicy,
+        ) -> Self {
+            self.map_options(|o| o.with_route_fingerprint_policy(pattern, policy))
         }
     };
 }

@@ -23,6 +23,10 @@ pub enum Problem {
     InvalidKey(String),
     /// 400: the key header is missing and the layer requires one.
     MissingKey(String),
+    /// 400: the key the layer requires is not where it looks for it (in
+    /// words: "at `/request_id` in its JSON body"); the same `missing-key`
+    /// problem as [`MissingKey`](Problem::MissingKey).
+    MissingKeyIn(String),
     /// 400: the request body could not be read.
     UnreadableBody,
     /// 409: another request with this key is running.
@@ -63,6 +67,12 @@ impl Problem {
                 "missing-key",
                 "Idempotency key required",
                 format!("this request needs an `{header}` header holding a unique key"),
+            ),
+            Problem::MissingKeyIn(place) => (
+                StatusCode::BAD_REQUEST,
+                "missing-key",
+                "Idempotency key required",
+                format!("this request needs a unique idempotency key {place}"),
             ),
             Problem::UnreadableBody => (
                 StatusCode::BAD_REQUEST,

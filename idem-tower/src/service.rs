@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idem_http::{lazy_fingerprint, Admission, Panicked, Problem, Reply, Uncancelled};
+use idem_http::{Admission, Panicked, Problem, Reply, Uncancelled};
 use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
@@ -87,7 +87,8 @@ where
 {
     let options = &config.options;
     let key = match options.admit(request.method(), request.headers()) {
-        Admission::Protect(key) => key,
+        Admission::Protect(key) => Some(key),
+        Admission::KeyInBody => None,
         Admission::Refuse(problem) => return Ok(problem_response(problem)),
         _ => return pass(inner, request.map(RequestBody::new)).await,
     };
@@ -109,13 +110,24 @@ where
             return Ok(problem_response(Problem::UnreadableBody));
         }
     };
+    let key = match key {
+        Some(key) => key,
+        None => match options.admit_body(&parts.method, &parts.uri, &parts.headers, &body) {
+            Admission::Protect(key) => key,
+            Admission::Refuse(problem) => return Ok(problem_response(problem)),
+            _ => {
+                let request = Request::from_parts(parts, RequestBody::full(body));
+                return pass(inner, request).await;
+            }
+        },
+    };
     let idem = match &config.scope {
         Some(extract) => options
             .idempotent()
             .scoped(extract(&parts).unwrap_or_default()),
         None => options.idempotent().clone(),
     };
-    let fingerprint = lazy_fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
+    let fingerprint = options.fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
     let wait = options.wait_for(&parts.headers);
     let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, nothing may be cancelled: a client that hangs up
