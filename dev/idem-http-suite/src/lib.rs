@@ -1,6 +1,8 @@
 //! The HTTP behaviour suite every idem adapter passes: the same apps behind
-//! `idem-tower` (axum) and `idem-actix` (actix-web), served on 127.0.0.1,
-//! driven by a real client, on every store.
+//! `idem-tower` (axum) and `idem-actix` (actix-web), and `idem-proxy` in
+//! front of the same routes written in Python (`http.server`) and Node.js
+//! (`node:http`), served on 127.0.0.1, driven by a real client, on every
+//! store.
 //!
 //! A case takes an [`Adapter`] and a [`Backend`]; [`on_every_adapter_and_backend`]
 //! runs it on each pair. A new adapter is one more [`Adapter`] variant and
@@ -11,12 +13,14 @@ mod actix_app;
 mod axum_app;
 mod backend;
 mod client;
+mod proxy_app;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use idem_http::Options;
+use idem_testing::upstream::{Language, Upstream};
 use tokio::sync::Semaphore;
 
 pub use backend::{backends, Backend};
@@ -29,10 +33,29 @@ pub enum Adapter {
     Tower,
     /// `idem_actix::IdempotencyMiddleware` in front of an actix-web app.
     Actix,
+    /// `idem_proxy::Proxy` in front of `examples/proxy-python/upstream.py`.
+    ProxyPython,
+    /// `idem_proxy::Proxy` in front of `examples/proxy-node/upstream.js`.
+    ProxyNode,
 }
 
 /// Every adapter, in the order cases run them.
-pub const ADAPTERS: [Adapter; 2] = [Adapter::Tower, Adapter::Actix];
+pub const ADAPTERS: [Adapter; 4] = [
+    Adapter::Tower,
+    Adapter::Actix,
+    Adapter::ProxyPython,
+    Adapter::ProxyNode,
+];
+
+/// The adapters that can run here: a proxy's upstream needs its
+/// interpreter, and one that is missing is skipped with a printed reason
+/// (or fails the case when `CI` is set).
+pub fn adapters() -> Vec<Adapter> {
+    ADAPTERS
+        .into_iter()
+        .filter(|adapter| adapter.language().is_none_or(Language::available))
+        .collect()
+}
 
 /// How the scope of a request is found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +67,15 @@ pub enum Scope {
 }
 
 impl Adapter {
+    /// The language of the upstream behind a proxy.
+    pub fn language(self) -> Option<Language> {
+        match self {
+            Adapter::Tower | Adapter::Actix => None,
+            Adapter::ProxyPython => Some(Language::Python),
+            Adapter::ProxyNode => Some(Language::Node),
+        }
+    }
+
     /// Serves the app behind this adapter with `options` on a free port of
     /// 127.0.0.1 until the process ends: its base URL and its handlers.
     pub async fn start(self, options: Options) -> (String, Arc<Handlers>) {
@@ -52,10 +84,26 @@ impl Adapter {
 
     /// As [`start`](Self::start), with the scope taken as `scope` says.
     pub async fn start_scoped(self, options: Options, scope: Scope) -> (String, Arc<Handlers>) {
-        let handlers = Arc::new(Handlers::default());
-        let addr = match self {
-            Adapter::Tower => axum_app::serve(options, scope, Arc::clone(&handlers)).await,
-            Adapter::Actix => actix_app::serve(options, scope, Arc::clone(&handlers)),
+        let (addr, handlers) = match self.language() {
+            None => {
+                let handlers = Arc::new(Handlers::default());
+                let addr = match self {
+                    Adapter::Actix => actix_app::serve(options, scope, Arc::clone(&handlers)),
+                    _ => axum_app::serve(options, scope, Arc::clone(&handlers)).await,
+                };
+                (addr, handlers)
+            }
+            Some(language) => {
+                // The proxy's task holds the process too: a case that drops
+                // its handlers still talks to the upstream through it.
+                let upstream = Arc::new(Upstream::start(language));
+                let addr = proxy_app::serve(options, scope, Arc::clone(&upstream)).await;
+                let handlers = Handlers {
+                    upstream: Some(upstream),
+                    ..Handlers::default()
+                };
+                (addr, Arc::new(handlers))
+            }
         };
         (format!("http://{addr}"), handlers)
     }
@@ -68,7 +116,7 @@ where
     F: Fn(Adapter, Backend) -> Fut,
     Fut: Future<Output = ()>,
 {
-    for adapter in ADAPTERS {
+    for adapter in adapters() {
         for backend in backends().await {
             println!("adapter: {adapter:?}, backend: {}", backend.name);
             case(adapter, backend).await;
@@ -76,12 +124,14 @@ where
     }
 }
 
-/// The handlers behind the middleware, counting their runs.
+/// The handlers behind the middleware, counting their runs: in this
+/// process, or in the upstream process behind a proxy.
 #[derive(Debug)]
 pub struct Handlers {
     runs: AtomicUsize,
     /// `/gated` waits here for a permit.
-    pub gate: Semaphore,
+    gate: Semaphore,
+    upstream: Option<Arc<Upstream>>,
 }
 
 impl Default for Handlers {
@@ -89,14 +139,27 @@ impl Default for Handlers {
         Handlers {
             runs: AtomicUsize::new(0),
             gate: Semaphore::new(0),
+            upstream: None,
         }
     }
 }
 
 impl Handlers {
-    /// How many times a handler has run.
+    /// How many times a handler has run (for an upstream, one blocking
+    /// call to its `GET /effects`).
     pub fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
+        match &self.upstream {
+            Some(upstream) => upstream.runs(),
+            None => self.runs.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Lets one request waiting at `/gated` through.
+    pub fn open_gate(&self) {
+        match &self.upstream {
+            Some(upstream) => upstream.open_gate(),
+            None => self.gate.add_permits(1),
+        }
     }
 
     fn run(&self) -> usize {

@@ -40,6 +40,7 @@ pub mod sql_races;
 mod sql_tx;
 #[cfg(feature = "stores")]
 mod stores;
+pub mod upstream;
 pub mod waiting;
 
 pub use cleanup::Cleanup;

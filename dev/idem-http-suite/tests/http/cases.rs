@@ -30,7 +30,7 @@ async fn fifty_concurrent_posts_with_one_key_run_the_handler_once() {
             assert_eq!(problem(response, 409).await, "in-progress");
             *statuses.entry(409).or_insert(0) += 1;
         }
-        handlers.gate.add_permits(1);
+        handlers.open_gate();
         let last = pending.next().await.unwrap().unwrap();
         assert_eq!(last.status(), 201);
         assert_eq!(last.text().await.unwrap(), "run 1");
@@ -174,7 +174,7 @@ async fn a_different_request_under_a_key_in_progress_is_422_not_409() {
             .await
             .unwrap();
         assert_eq!(problem(other, 422).await, "mismatch");
-        handlers.gate.add_permits(1);
+        handlers.open_gate();
         assert_eq!(running.await.unwrap().unwrap().status(), 201);
     })
     .await;

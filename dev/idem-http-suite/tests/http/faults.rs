@@ -11,7 +11,7 @@ use idem_core::store::{Insert, NewRecord, Record, State as RecordState, Store, S
 use idem_core::{Begin, Fingerprint, MemoryStore};
 use idem_http::Options;
 use idem_http_suite::{
-    eventually, on_every_adapter_and_backend, post, problem, Adapter, Backend, ADAPTERS, BIG_BODY,
+    adapters, eventually, on_every_adapter_and_backend, post, problem, Adapter, Backend, BIG_BODY,
     BODY,
 };
 use tokio::io::AsyncWriteExt;
@@ -49,7 +49,7 @@ impl Store for DownStore {
 
 #[tokio::test]
 async fn a_store_failure_is_503_and_runs_nothing() {
-    for adapter in ADAPTERS {
+    for adapter in adapters() {
         let store: Arc<dyn Store> = Arc::new(DownStore);
         let (url, handlers) = adapter
             .start(Options::from_idempotent(idem_core::Idempotent::from_arc(
@@ -78,7 +78,7 @@ async fn a_store_failure_is_503_and_runs_nothing() {
 
 #[tokio::test]
 async fn fail_open_runs_the_handler_unprotected_when_the_store_fails() {
-    for adapter in ADAPTERS {
+    for adapter in adapters() {
         let (url, handlers) = adapter.start(Options::new(DownStore).fail_open(true)).await;
         let client = reqwest::Client::new();
         for run in 1..=2 {
@@ -121,7 +121,7 @@ impl Store for HungStore {
 
 #[tokio::test]
 async fn a_store_that_hangs_is_a_store_failure_after_the_timeout() {
-    for adapter in ADAPTERS {
+    for adapter in adapters() {
         let layer = Options::new(HungStore).with_store_timeout(Duration::from_millis(100));
         let (url, handlers) = adapter.start(layer.clone()).await;
         let client = reqwest::Client::new();
@@ -186,7 +186,7 @@ impl Store for RecordFailsOnce {
 
 #[tokio::test]
 async fn a_store_blip_while_recording_is_retried_so_the_retry_is_a_replay() {
-    for adapter in ADAPTERS {
+    for adapter in adapters() {
         let (url, handlers) = adapter
             .start(Options::new(RecordFailsOnce::default()))
             .await;
@@ -214,7 +214,7 @@ async fn a_client_that_disconnects_mid_request_gets_the_replay_on_retry() {
         stream.write_all(request.as_bytes()).await.unwrap();
         eventually("the handler runs", || async { handlers.runs() == 1 }).await;
         drop(stream);
-        handlers.gate.add_permits(1);
+        handlers.open_gate();
 
         let client = reqwest::Client::new();
         let url = format!("{url}/gated");
@@ -244,7 +244,7 @@ async fn a_client_that_times_out_mid_request_does_not_cancel_the_handler_or_its_
             _ = call => panic!("the gated handler cannot have answered"),
             () = eventually("the handler runs", || async { handlers.runs() == 1 }) => {}
         }
-        handlers.gate.add_permits(1);
+        handlers.open_gate();
         eventually("the retry is a replay", || async {
             let response = post(&client, &url, Some("dropped"), BODY)
                 .send()
@@ -295,6 +295,11 @@ async fn a_response_body_that_fails_is_a_500_and_never_run_again() {
 #[tokio::test]
 async fn a_panicking_handler_keeps_its_key_until_the_lease_lapses() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        // A proxy sees an upstream's failure as a broken connection, which
+        // it answers with 502 and releases (idem-proxy's tests/upstream.rs).
+        if adapter.language().is_some() {
+            return;
+        }
         // Long enough for the panic to be reported and the retry answered on
         // a loaded machine (2 s was not always), short enough for the
         // takeover to come within the polling bound (500 polls, at least 5 s).
@@ -379,7 +384,7 @@ impl Store for SlowAnswer {
 // run or release it, and every retry got 409 for a whole lease.
 #[tokio::test]
 async fn a_client_that_hangs_up_while_the_claim_is_in_flight_can_retry_at_once() {
-    for adapter in ADAPTERS {
+    for adapter in adapters() {
         let landed = Arc::new(AtomicBool::new(false));
         let store = SlowAnswer {
             inner: MemoryStore::new(),

@@ -36,7 +36,7 @@ async fn a_request_that_prefers_to_wait_gets_the_originals_response_instead_of_4
         // The original's claim, the waiter's claim that found the key in
         // progress, then its waiting claim, all answered: now it waits.
         eventually("the request waits", || async { counting.answered() >= 3 }).await;
-        handlers.gate.add_permits(1);
+        handlers.open_gate();
 
         let original = original.await.unwrap().unwrap();
         assert_eq!(original.status(), 201);
@@ -97,7 +97,7 @@ async fn the_wait_is_capped_by_the_layer_and_then_answered_409() {
         assert!(took >= cap, "answered before the cap: {took:?}");
         assert_eq!(handlers.runs(), 1);
 
-        handlers.gate.add_permits(1);
+        handlers.open_gate();
         assert_eq!(original.await.unwrap().unwrap().status(), 201);
     })
     .await;

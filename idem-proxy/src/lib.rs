@@ -1,0 +1,170 @@
+//! A reverse proxy that puts the `Idempotency-Key` protocol in front of a
+//! service written in any language: each protected request reaches the
+//! upstream once per key, and every retry gets its recorded response back.
+//!
+//! ```text
+//! idem-proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 --store redis://127.0.0.1:6379
+//! ```
+//!
+//! With no file, every `POST` and `PATCH` that carries an
+//! `Idempotency-Key` is protected, on every path; every other request is
+//! forwarded untouched. The exchange is `idem-http`'s, the one `idem-tower`
+//! and `idem-actix` run, so a client gets the same answers from the proxy
+//! as from those middlewares: the replay with `Idempotent-Replayed: true`,
+//! 422 for another request under a key, 409 with `Retry-After` (or a wait,
+//! with `Prefer: wait=N`) while the key is in flight, 400 for a bad key or
+//! a missing one where keys are required, 413 for a body over the limit,
+//! 503 when the store fails, all as `application/problem+json`. Any store
+//! opens by URL (`idem-stores`); the default is a SQLite file,
+//! `idem-proxy.db`.
+//!
+//! As a library (the command is behind the `cli` feature):
+//!
+//! ```
+//! use idem_core::MemoryStore;
+//! use idem_http::Options;
+//! use idem_proxy::{Proxy, Route};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let proxy = Proxy::builder("http://127.0.0.1:3000".parse()?)
+//!     .route(Route::new(Options::new(MemoryStore::new())))
+//!     .build();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! // Serves until the future given as `shutdown` completes.
+//! proxy.serve(listener, async {}).await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Why a crate of its own
+//!
+//! The proxy is a server: hyper's server and client, HTTP/2, a Prometheus
+//! exporter and a TOML parser. None of that belongs in the `idem` command
+//! (`idem-cli`, an operator's tool for records) or in the libraries an
+//! application links, so the proxy is its own crate and binary, and its
+//! command-line parser is behind the `cli` feature
+//! (`cargo install idem-proxy --features cli`).
+//!
+//! # The configuration file
+//!
+//! `--config idem-proxy.toml` reads routes and defaults; the command
+//! line's `--listen`, `--upstream`, `--store`, `--admin` and `--lease`
+//! override the file. Every setting is optional:
+//!
+//! ```toml
+//! listen = "127.0.0.1:8080"
+//! upstream = "http://127.0.0.1:3000"   # plain HTTP, optionally with a path prefix
+//! store = "redis://127.0.0.1:6379"     # any idem-stores URL; default sqlite://idem-proxy.db
+//! admin = "127.0.0.1:9090"             # /healthz and /metrics; off when unset
+//! upstream_timeout = "30s"             # no response head by then: 504, key released
+//! shutdown_grace = "30s"               # how long SIGTERM waits for requests in flight
+//! lease = "60s"                        # defaults for routes that set none
+//! retention = "24h"
+//!
+//! [[route]]                            # the first route covering a request takes it
+//! name = "payments"                    # in logs and metrics
+//! methods = ["POST"]                   # default ["POST", "PATCH"]
+//! paths = ["/payments", "/accounts/*/charges", "/refunds/**"]   # default ["/**"]
+//! key = "required"                     # 400 without a key; default "optional"
+//! header = "Idempotency-Key"
+//! lease = "30s"
+//! retention = "3d"
+//! scope = { header = "authorization" } # hashed; or { header = "x-tenant", hash = false }, or { name = "shop-1" }
+//! max_request_body = 1048576           # bytes; larger is 413
+//! max_response_body = 1048576          # bytes; larger is sent once, then 409 not-replayable
+//! record_server_errors = false         # 2xx–4xx recorded; 5xx release the key
+//! fail_open = false                    # a store failure is 503 (true: forward unprotected)
+//! max_wait = "10s"                     # the cap on Prefer: wait=N; "0s" turns waiting off
+//! store_timeout = "5s"
+//! ```
+//!
+//! A path pattern matches whole segments: `*` is one segment, a final `**`
+//! any rest (none included); the query never counts. Requests no route
+//! covers are forwarded untouched and never reach the store.
+//!
+//! # What the upstream sees
+//!
+//! A protected request is forwarded with its key header as the client sent
+//! it and, when the route has a scope, an `Idempotency-Scope` header with
+//! the scope the key was checked in (a client's own header of that name is
+//! always removed). An upstream that records the key can refuse a repeat
+//! itself, which closes the one window the proxy cannot (below).
+//! Hop-by-hop headers are removed both ways; `Host` is kept. The upstream
+//! is reached over HTTP/1.1 with pooled keep-alive connections; clients may
+//! speak HTTP/1.1 or HTTP/2 over cleartext (h2c with prior knowledge).
+//! Bodies that need no record are streamed both ways; a protected
+//! request's body is read (up to `max_request_body`) to fingerprint it,
+//! and a protected response's body is read (up to `max_response_body`) to
+//! record it.
+//!
+//! # When the upstream fails
+//!
+//! | upstream | client gets | the key |
+//! |---|---|---|
+//! | refuses the connection | **502** `upstream-unavailable` | released: nothing was sent |
+//! | breaks the connection before answering | **502** `upstream-failed` | released |
+//! | no response head within `upstream_timeout` | **504** `upstream-timeout` | released |
+//! | answers 5xx | that answer | released (recorded with `record_server_errors`) |
+//! | answers 2xx–4xx | that answer | recorded |
+//! | breaks the connection in the middle of a recorded body | **500** `internal` | recorded as not replayable |
+//!
+//! The three failures release the key so that a retry is forwarded at once
+//! rather than refused for a whole lease; in the last two rows the
+//! upstream may have acted, which is why it gets the key: one that records
+//! it makes the retry a no-op.
+//!
+//! # A crash of the proxy
+//!
+//! A proxy killed between forwarding a request and recording its answer
+//! cannot know whether the upstream ran it. Its claim stays in the store
+//! until the lease lapses: until then every retry under the key gets 409
+//! (or waits) and is not forwarded, whichever proxy process it reaches. After the lease,
+//! one retry takes the key over and is forwarded again: the upstream may
+//! then run the request a second time, unless it records the key it is
+//! sent. Killed proxies never cause a run while a lease is live; with the
+//! key passed upstream, an upstream that dedupes by it makes one effect.
+//! Both are tested by killing the proxy with `SIGKILL` under load.
+//!
+//! # Metrics and health
+//!
+//! `--admin ADDR` serves `GET /healthz` and `GET /metrics` (the Prometheus
+//! text format) on a port of its own. Besides idem-core's and idem-http's
+//! metrics, the proxy counts `idem_proxy_requests_total` by `route` (`""`
+//! for requests no route covers), `idem_proxy_upstream_errors_total` by
+//! `kind` (`unreachable`, `failed`, `timeout`), and times the upstream's
+//! answers in `idem_proxy_upstream_seconds`.
+#![forbid(unsafe_code)]
+
+mod admin;
+mod config;
+mod proxy;
+mod route;
+mod upstream;
+
+pub use admin::{install_prometheus, serve_admin};
+pub use config::{Config, ConfigError, RouteConfig, ScopeConfig};
+pub use proxy::{Proxy, ProxyBody, ProxyBuilder, DEFAULT_SHUTDOWN_GRACE};
+pub use route::{PathPattern, PatternError, Route, Scope, SCOPE_HEADER};
+pub use upstream::{UpstreamError, UpstreamUrl, UpstreamUrlError, DEFAULT_UPSTREAM_TIMEOUT};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Response, StatusCode};
+
+/// A problem+json answer of the proxy's own, in idem-http's `type` scheme.
+fn problem(status: StatusCode, name: &str, title: &str, detail: &str) -> Response<Bytes> {
+    let document = serde_json::json!({
+        "type": format!("tag:idem-rs.github.io,2025:problem/{name}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = Response::new(Bytes::from(document.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}

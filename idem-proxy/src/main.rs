@@ -1,0 +1,160 @@
+//! The `idem-proxy` command: the reverse proxy, from flags or a file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use idem_proxy::{Config, Proxy, UpstreamUrl};
+use idem_stores::StoreUrl;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Puts idempotency keys in front of an HTTP service: each protected
+/// request reaches the upstream once per key; retries get its recorded
+/// response.
+#[derive(Debug, Parser)]
+#[command(name = "idem-proxy", version)]
+struct Args {
+    /// The address clients connect to (default 127.0.0.1:8080).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// The upstream's URL, e.g. http://127.0.0.1:3000.
+    #[arg(long)]
+    upstream: Option<String>,
+    /// The store's URL (default sqlite://idem-proxy.db).
+    #[arg(long)]
+    store: Option<String>,
+    /// The routes and defaults (TOML); see the crate docs for its format.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Serves /healthz and /metrics on this address.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// The lease of routes that set none, e.g. 60s.
+    #[arg(long)]
+    lease: Option<String>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("idem-proxy: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("idem-proxy: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.listen = args.listen.or(config.listen);
+    config.upstream = args.upstream.or(config.upstream);
+    config.store = args.store.or(config.store);
+    config.admin = args.admin.or(config.admin);
+    config.lease = args.lease.or(config.lease);
+
+    let upstream: UpstreamUrl = config
+        .upstream
+        .as_deref()
+        .ok_or("no upstream: pass --upstream http://host:port or set `upstream` in the file")?
+        .parse()?;
+    let store_url: StoreUrl = config
+        .store
+        .as_deref()
+        .unwrap_or("sqlite://idem-proxy.db")
+        .parse()?;
+    let store = store_url.open().await?;
+    let mut builder = Proxy::builder(upstream);
+    for route in config.routes(Arc::clone(&store))? {
+        builder = builder.route(route);
+    }
+    if let Some(timeout) = config.upstream_timeout()? {
+        builder = builder.upstream_timeout(timeout);
+    }
+    if let Some(grace) = config.shutdown_grace()? {
+        builder = builder.shutdown_grace(grace);
+    }
+    let proxy = builder.build();
+
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    let admin = match config.admin {
+        Some(addr) => {
+            let metrics = idem_proxy::install_prometheus().ok();
+            let listener = TcpListener::bind(addr).await?;
+            println!("idem-proxy admin on {}", listener.local_addr()?);
+            Some(tokio::spawn(idem_proxy::serve_admin(
+                listener,
+                metrics,
+                until_stopped(),
+            )))
+        }
+        None => None,
+    };
+    let listen = config
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+    let listener = TcpListener::bind(listen).await?;
+    // Scripts and tests read the address (port 0 picks one) from this line.
+    println!("idem-proxy listening on {}", listener.local_addr()?);
+    tokio::spawn(async move {
+        signal().await;
+        tracing::info!("shutting down: finishing the requests in flight");
+        let _ = stop.send(true);
+    });
+    proxy.serve(listener, until_stopped()).await;
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
