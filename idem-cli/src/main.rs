@@ -1,20 +1,22 @@
-//! `idem`: look inside an idem store, release a stuck key, purge expired
-//! records and count records by state, for any store by URL.
+//! `idem`: look inside an idem store, release a stuck key, reset a settled
+//! one, purge expired records and count records by state, for any store by URL.
 //!
 //! ```text
 //! idem --store sqlite:idem.db stats
 //! idem --store redis://127.0.0.1/ inspect order-7f3a --scope tenant-1 --namespace payments
 //! idem --store postgres://localhost/app list --in-flight --limit 50
 //! idem --store mysql://root@localhost/app release order-7f3a --token 9c0d…
+//! idem --store sqlite:idem.db reset order-7f3a --reason "refund reissued"
 //! idem --store postgres://localhost/app purge
 //! ```
 //!
-//! The store URL may also come from `IDEM_STORE`. Only `release` and
-//! `purge` write, each exactly what it says, and every command prints what
-//! it did. `release` is fenced: it deletes an in-flight record only if it
-//! still holds the token given, the one `inspect` or `list` showed, so a
+//! The store URL may also come from `IDEM_STORE`. Only `release`, `reset`
+//! and `purge` write, each exactly what it says, and every command prints
+//! what it did. `release` is fenced: it deletes an in-flight record only if
+//! it still holds the token given, the one `inspect` or `list` showed, so a
 //! key that a live owner renewed or another caller took over meanwhile is
-//! left alone. Exit status: 0 done, 1 refused or failed, 2 bad usage.
+//! left alone. `reset` deletes only a settled record and refuses one in
+//! flight. Exit status: 0 done, 1 refused or failed, 2 bad usage.
 //!
 //! # Commands
 //!
@@ -30,6 +32,7 @@
 //! idem --store postgres://localhost/app list --failed
 //! idem --store postgres://localhost/app inspect order-7f3a --scope tenant-1 --namespace payments
 //! idem --store postgres://localhost/app release order-7f3a --scope tenant-1 --namespace payments --token 9c0d…
+//! idem --store postgres://localhost/app reset order-7f3a --scope tenant-1 --namespace payments --reason "ticket 311"
 //! idem --store postgres://localhost/app purge --dry-run       # then without --dry-run
 //! ```
 //!
@@ -37,6 +40,18 @@
 //! fingerprint, and the outcome's size with a preview (control characters
 //! escaped). `release` is for a key whose worker is known to be dead; a
 //! released key runs its work again on the next request.
+//!
+//! `reset` deletes a completed or failed record (a remembered failure
+//! whose cause is fixed, an outcome a bug recorded) so the key runs again
+//! on its next request, whatever the body; it is one atomic step of the
+//! store and refuses a key in flight (exit 1, the record untouched: that is
+//! `release --token`'s job, for a worker known to be dead). It writes one
+//! audit line to standard error (target `idem::audit`: store, namespace,
+//! the key's hash, outcome, `--by`, default `$USER`, and `--reason`) and
+//! counts `idem_resets_total`, as `Idempotent::reset` does in an
+//! application. A near cache of settled records in a running application
+//! does not hear of the reset and may replay the old outcome until its
+//! entry's cap lapses (60 s by default).
 #![forbid(unsafe_code)]
 
 mod open;
@@ -47,7 +62,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use idem_core::inspect::Listing;
 use idem_core::observe::key_hash;
-use idem_core::store::PURGE_BATCH;
+use idem_core::store::{Reset, PURGE_BATCH};
 use idem_core::Key;
 
 use crate::open::{open, Target};
@@ -83,6 +98,18 @@ enum Command {
         /// The token `inspect` or `list` showed for the record.
         #[arg(long)]
         token: String,
+    },
+    /// Delete a completed or failed record so the key runs again; refuses a
+    /// key in flight.
+    Reset {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Why, for the audit line.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Who asks, for the audit line; default `$USER`.
+        #[arg(long)]
+        by: Option<String>,
     },
     /// Delete records past their retention (never a live one).
     Purge {
@@ -131,6 +158,12 @@ struct ListArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The audit lines of `reset` (and only they) go to standard error.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("off,idem::audit=info"))
+        .with_target(true)
+        .init();
     let Some(url) = cli.store.as_deref() else {
         eprintln!("idem: no store given: pass --store URL or set IDEM_STORE");
         return ExitCode::from(2);
@@ -243,6 +276,47 @@ async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
                 "refused to release {}: {why}; nothing changed",
                 show::key(key.as_str())
             ))
+        }
+        Command::Reset {
+            key: args,
+            reason,
+            by,
+        } => {
+            let key = key(&args)?;
+            let by = by
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_default();
+            let idem = idem_core::Idempotent::new(std::sync::Arc::clone(&store))
+                .with_namespace(args.namespace.as_str())
+                .scoped(args.scope.as_str());
+            let reset = idem
+                .reset_because(&args.key, &by, &reason)
+                .await
+                .map_err(|e| e.to_string())?;
+            let shown = show::key(key.as_str());
+            match reset {
+                Reset::Deleted(state) => {
+                    println!(
+                        "reset {shown}: deleted its {} record; the next request runs the work again",
+                        show::settled(state)
+                    );
+                    Ok(())
+                }
+                Reset::InFlight => {
+                    let now = match store.load(key.as_str()).await.map_err(failed)? {
+                        Some(record) => format!("{}, token {}", show::state(&record), record.token),
+                        None => "settled or released since".to_owned(),
+                    };
+                    Err(format!(
+                        "refused to reset {shown}: it is in flight ({now}); nothing changed. \
+                         A worker known to be dead is released with `release --token`"
+                    ))
+                }
+                _ => {
+                    println!("nothing to reset for {shown}: no live record (never used, released or expired)");
+                    Ok(())
+                }
+            }
         }
         Command::Purge { dry_run: true } => {
             let stats = store.stats().await.map_err(failed)?;

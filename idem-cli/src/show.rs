@@ -38,6 +38,15 @@ pub(crate) fn state(record: &Record) -> String {
     }
 }
 
+/// A settled state in a sentence: `completed` or `failed`.
+pub(crate) fn settled(state: State) -> &'static str {
+    match state {
+        State::Completed => "completed",
+        State::Failed => "failed",
+        State::InFlight => "in-flight",
+    }
+}
+
 /// The first [`PREVIEW`] bytes of a payload as text, with anything not
 /// printable escaped, so no stored byte can drive the terminal.
 pub(crate) fn preview(payload: &[u8]) -> String {

@@ -1,6 +1,7 @@
 //! The `idem` command run as a process against every store on its real
 //! server: what it reads matches what the library wrote, it releases only
-//! with the token it showed, and it purges only expired records.
+//! with the token it showed, it resets only settled records, and it purges
+//! only expired records.
 
 use std::process::Output;
 use std::sync::Arc;
@@ -288,6 +289,75 @@ async fn every_command_reads_and_writes_only_what_it_says(kind: StoreKind) {
     let stats = opened.ok(&["stats"]).await;
     assert_eq!(count(&stats, "expired"), 0, "{stats}");
     assert_eq!(count(&stats, "completed"), 2, "done-1 and stuck-a: {stats}");
+    assert_eq!(count(&stats, "in flight"), 1, "{stats}");
+
+    // Reset refuses a key in flight and changes nothing.
+    let stuck_b = idem.key("stuck-b").unwrap();
+    let held = opened.store.load(stuck_b.as_str()).await.unwrap().unwrap();
+    let (ok, refused) = opened
+        .idem(&["reset", "stuck-b", "--namespace", NAMESPACE])
+        .await;
+    assert!(!ok && refused.contains("refused to reset"), "{refused}");
+    assert!(refused.contains(&held.token.to_string()), "{refused}");
+    let after = opened.store.load(stuck_b.as_str()).await.unwrap().unwrap();
+    assert_eq!((after.state, after.token), (held.state, held.token));
+    // A key in another namespace is absent: nothing to reset.
+    let elsewhere = opened.ok(&["reset", "done-1"]).await;
+    assert!(elsewhere.contains("nothing to reset"), "{elsewhere}");
+    // Reset deletes the remembered failure, with an audit line that names
+    // the key by its hash only, who asked and why; the key runs again.
+    let declined_key = idem.key("declined").unwrap();
+    let reset = opened
+        .ok(&[
+            "reset",
+            "declined",
+            "--namespace",
+            NAMESPACE,
+            "--by",
+            "ops-on-call",
+            "--reason",
+            "card issuer fixed",
+        ])
+        .await;
+    assert!(reset.contains("deleted its failed record"), "{reset}");
+    let audit = reset
+        .lines()
+        .find(|l| l.contains("idem::audit"))
+        .unwrap_or_else(|| panic!("no audit line: {reset}"));
+    for part in [
+        idem_core::observe::key_hash(declined_key.as_str()).as_str(),
+        "deleted",
+        "ops-on-call",
+        "card issuer fixed",
+    ] {
+        assert!(audit.contains(part), "{part:?} missing from {audit}");
+    }
+    assert!(
+        !audit.contains("declined"),
+        "the audit line shows the key: {audit}"
+    );
+    let mut runs = 0;
+    for _ in 0..2 {
+        let _: u8 = idem
+            .execute("declined", &body, || {
+                runs += 1;
+                async { Ok::<_, ()>(3) }
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(runs, 1, "a reset key runs its work again, once");
+    let gone = opened
+        .ok(&["reset", "done-1", "--namespace", NAMESPACE])
+        .await;
+    assert!(gone.contains("deleted its completed record"), "{gone}");
+    let stats = opened.ok(&["stats"]).await;
+    assert_eq!(
+        count(&stats, "completed"),
+        2,
+        "stuck-a and declined: {stats}"
+    );
+    assert_eq!(count(&stats, "failed"), 0, "{stats}");
     assert_eq!(count(&stats, "in flight"), 1, "{stats}");
 }
 

@@ -85,6 +85,14 @@ macro_rules! __with_cases {
                 stale_owner_gets_lease_lost_and_changes_nothing,
                 heartbeat_keeps_a_lease_past_its_length,
             }
+            reset {
+                reset_deletes_a_completed_record,
+                reset_deletes_a_failed_record,
+                reset_refuses_an_in_flight_record,
+                reset_of_an_absent_or_expired_key_changes_nothing,
+                reset_racing_replays_and_claims_has_one_winner,
+                reset_never_lets_a_stale_owner_complete,
+            }
             interleaving {
                 generated_schedules_keep_every_invariant,
             }

@@ -26,7 +26,7 @@ async fn caught(flaw: Flaw) -> Report {
 
 /// Asserts that the store with `flaw` fails the case named `expected`.
 ///
-/// Only that case runs, which keeps the 42 flaws to seconds; with
+/// Only that case runs, which keeps the 46 flaws to seconds; with
 /// `IDEM_BROKEN_ALL_CASES=1` the whole kit runs against each flaw and
 /// prints every case that catches it.
 async fn assert_caught(flaw: Flaw, expected: &str) {
@@ -114,4 +114,9 @@ caught! {
     dropped_fingerprint_schemes_are_caught: DropsFingerprintScheme => "fingerprint_schemes_round_trip",
     case_folded_keys_are_caught: FoldsKeyCase => "distinct_keys_hold_distinct_records",
     truncated_keys_are_caught: TruncatesKeys => "longest_keys_are_kept_apart",
+    a_reset_that_deletes_in_flight_records_is_caught: ResetDeletesInFlight => "reset_refuses_an_in_flight_record",
+    a_reset_that_skips_failed_records_is_caught: ResetSkipsFailed => "reset_deletes_a_failed_record",
+    a_reset_that_reports_expired_records_is_caught: ResetReportsExpired => "reset_of_an_absent_or_expired_key_changes_nothing",
+    a_check_then_delete_reset_is_caught: ResetCheckThenDelete => "reset_racing_replays_and_claims_has_one_winner",
+    a_reset_that_rewrites_instead_of_deleting_is_caught: ResetRewritesAsLapsedClaim => "reset_never_lets_a_stale_owner_complete",
 }

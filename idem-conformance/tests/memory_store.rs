@@ -71,6 +71,12 @@ impl idem_core::store::Store for LateAnswers {
     ) -> Result<Option<idem_core::store::Record>, idem_core::store::StoreError> {
         late(self.0.load(key).await).await
     }
+    async fn reset(
+        &self,
+        key: &str,
+    ) -> Result<idem_core::store::Reset, idem_core::store::StoreError> {
+        late(self.0.reset(key).await).await
+    }
     async fn purge_expired(&self, limit: usize) -> Result<usize, idem_core::store::StoreError> {
         late(self.0.purge_expired(limit).await).await
     }

@@ -174,6 +174,11 @@ impl Idempotent {
         }
     }
 
+    /// The store as this handle calls it: timed, traced and counted.
+    pub(crate) fn observed_store(&self) -> &ObservedStore {
+        &self.observed
+    }
+
     /// The store behind this handle.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store

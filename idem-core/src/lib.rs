@@ -142,6 +142,19 @@
 //! data; `idem inspect` prints the same hash, to go from a log line to the
 //! record.
 //!
+//! **Resetting a key.** A recorded outcome that must not be replayed any
+//! more (a remembered failure whose cause is fixed, an outcome a bug
+//! recorded) is deleted with [`Idempotent::reset`] or `idem reset KEY`;
+//! the next call runs the work again. Only settled records are deleted,
+//! in one atomic step of the store: a key in flight is refused
+//! ([`Reset::InFlight`](store::Reset::InFlight)) and stays the owner's to
+//! release (`idem release --token`). Each reset writes an audit line
+//! (target `idem::audit`: store, namespace, hashed key, outcome, and who
+//! and why when given) and counts `idem_resets_total{outcome}`. A near
+//! cache of settled records in another process does not hear of a reset
+//! and may replay the old outcome until its entry's cap lapses (60 s by
+//! default).
+//!
 //! **Purging.** Redis expires records itself. SQLite, PostgreSQL and MariaDB
 //! keep an expired record (absent to every call) until it is purged; run a
 //! purger in each app server (they share the work) or `idem purge` from
@@ -168,7 +181,7 @@
 //!
 //! # Implementing a store
 //!
-//! A store implements [`Store`](store::Store): six primitives, each atomic on one key,
+//! A store implements [`Store`](store::Store): seven primitives, each atomic on one key,
 //! with the rules in the trait's `# Contract`. [`MemoryStore`] is the
 //! reference; here is a whole store on the standard library's clock. Prove
 //! yours with the `idem-conformance` kit.
@@ -179,7 +192,7 @@
 //! use std::time::{Duration, Instant};
 //!
 //! use async_trait::async_trait;
-//! use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+//! use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
 //!
 //! #[derive(Debug, Default)]
 //! struct MapStore(Mutex<HashMap<String, (Record, Instant)>>);
@@ -253,6 +266,17 @@
 //!     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
 //!         Ok(Self::live(&self.0.lock().unwrap(), key, Instant::now()))
 //!     }
+//!     async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+//!         let mut map = self.0.lock().unwrap();
+//!         match Self::live(&map, key, Instant::now()) {
+//!             None => Ok(Reset::Absent),
+//!             Some(r) if r.state == State::InFlight => Ok(Reset::InFlight),
+//!             Some(r) => {
+//!                 map.remove(key);
+//!                 Ok(Reset::Deleted(r.state))
+//!             }
+//!         }
+//!     }
 //!     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
 //!         let now = Instant::now();
 //!         let mut map = self.0.lock().unwrap();
@@ -293,6 +317,7 @@ mod lease;
 mod machine;
 mod memory;
 pub mod observe;
+mod reset;
 pub mod steps;
 pub mod store;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::store::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use crate::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token, Wakeups};
 use crate::Fingerprint;
 
 /// An in-process store: a map behind a mutex, on tokio's clock.
@@ -263,6 +263,23 @@ impl Store for MemoryStore {
             .get(key)
             .filter(|entry| entry.is_live(now))
             .map(|entry| entry.to_record(now)))
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        match inner.records.get(key) {
+            Some(entry) if !entry.is_live(now) => Ok(Reset::Absent),
+            None => Ok(Reset::Absent),
+            Some(entry) if entry.state == State::InFlight => Ok(Reset::InFlight),
+            Some(entry) => {
+                let state = entry.state;
+                // Nobody waits on a settled record, so nobody is woken; its
+                // index item is dropped when it comes up.
+                inner.records.remove(key);
+                Ok(Reset::Deleted(state))
+            }
+        }
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {

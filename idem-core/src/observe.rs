@@ -25,12 +25,13 @@
 //! | `idem_work_seconds` | histogram | the work, from the claim's answer to its end |
 //! | `idem_purged_total` | counter | records deleted by [`spawn_purger`](crate::store::spawn_purger) |
 //! | `idem_purge_errors_total` | counter | a purge that failed |
+//! | `idem_resets_total` | counter | an operator's reset of a key ([`Idempotent::reset`](crate::Idempotent::reset), `idem reset`); label `outcome`: `deleted`, `in_flight` (refused) or `absent` |
 //!
 //! The `work` label of a store error says whether the work had run, as
 //! [`When`](crate::When) does: `before` for a claim or takeover (`insert`,
 //! `take_over`), `during` for a lease renewal, `after` for `complete`,
 //! `fail` and `release`, and `none` for calls outside a request (`load`,
-//! `purge_expired`).
+//! `purge_expired`, `reset`).
 //!
 //! # Tracing
 //!
@@ -40,6 +41,14 @@
 //! store call runs in a span `idem.store` with `store`, `op` and
 //! `outcome`. The key appears only as [`KeyInTraces`] says: by default a
 //! short hash, so traces and logs never carry a tenant's key or scope.
+//!
+//! Every reset writes one audit line, an `INFO` event with target
+//! `idem::audit`: `store`, `namespace`, `key` (as [`KeyInTraces`] says),
+//! `outcome` (`deleted`, `in_flight`, `absent`), `state` (what was
+//! deleted) and, when the caller gave them
+//! ([`Idempotent::reset_because`](crate::Idempotent::reset_because), `idem
+//! reset --by … --reason …`), `by` and `reason`. Keep that target at
+//! `INFO` where audit matters.
 
 use std::fmt;
 use std::future::Future;
@@ -51,7 +60,9 @@ use metrics::{Key as MetricKey, Label, Level, Metadata, SharedString};
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
 
-use crate::store::{Insert, NewRecord, Record, State, Store, StoreError, StoreErrorKind, Token};
+use crate::store::{
+    Insert, NewRecord, Record, Reset, State, Store, StoreError, StoreErrorKind, Token,
+};
 use crate::Key;
 
 /// How a key appears in spans and log lines.
@@ -104,7 +115,7 @@ const COUNTERS: [&str; 9] = [
 ];
 
 /// The `op` label of `idem_store_call_seconds`, one per store call.
-const OPS: [&str; 8] = [
+const OPS: [&str; 9] = [
     "insert",
     "renew",
     "complete",
@@ -113,6 +124,7 @@ const OPS: [&str; 8] = [
     "release",
     "load",
     "purge_expired",
+    "reset",
 ];
 
 /// What the `metrics` macros attach to every metric they register.
@@ -218,6 +230,20 @@ impl Observe {
             _ => return,
         };
         self.count(name);
+    }
+
+    /// Counts a reset by what it found.
+    pub(crate) fn reset(&self, reset: Reset) {
+        metrics::counter!(
+            "idem_resets_total",
+            self.with(&[("outcome", reset.as_str())])
+        )
+        .increment(1);
+    }
+
+    /// The namespace label.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// Records how long the work ran.
@@ -407,6 +433,23 @@ impl Store for ObservedStore {
         self.observe
             .call("purge_expired", "none", self.inner.purge_expired(limit))
             .await
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        let answer = self
+            .observe
+            .call("reset", "none", async {
+                let answer = self.inner.reset(key).await;
+                if let Ok(reset) = answer {
+                    Self::record_outcome(reset.as_str());
+                }
+                answer
+            })
+            .await;
+        if let Ok(reset) = answer {
+            self.observe.reset(reset);
+        }
+        answer
     }
 
     fn wakeups(&self) -> Option<Arc<crate::store::Wakeups>> {

@@ -32,6 +32,35 @@ pub enum Insert {
     Found(Record),
 }
 
+/// What [`Store::reset`] found, and whether it deleted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "a reset may have been refused: an in-flight record is left alone"]
+pub enum Reset {
+    /// A live `Completed` or `Failed` record was there (its state here)
+    /// and is deleted: the next claim of the key runs the work again.
+    Deleted(State),
+    /// A live `InFlight` record is there, whatever its lease, and is left
+    /// untouched: an owner may be running the work. Releasing it is the
+    /// owner's step, fenced by its token ([`Store::remove`]).
+    InFlight,
+    /// No live record is there (never written, released, reset or past
+    /// retention); nothing changed.
+    Absent,
+}
+
+impl Reset {
+    /// The word metrics and log lines use: `deleted`, `in_flight` or
+    /// `absent`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Reset::Deleted(_) => "deleted",
+            Reset::InFlight => "in_flight",
+            Reset::Absent => "absent",
+        }
+    }
+}
+
 /// A store's persistence layer for idempotency records.
 ///
 /// A store keeps one record per key and offers a handful of primitives, each
@@ -89,7 +118,24 @@ pub enum Insert {
 /// token, and MUST otherwise change nothing and return `false`. A
 /// `Completed` or `Failed` record is final until its retention lapses: no
 /// method replaces or deletes it, not even `take_over`, though it holds no
-/// lease (a failure remembered a moment ago has no lease to lapse).
+/// lease (a failure remembered a moment ago has no lease to lapse). The
+/// one exception is [`reset`](Store::reset), an operator's step, which
+/// deletes a settled record and nothing else.
+///
+/// *Reset.* `reset` MUST delete the record under a key exactly when it is
+/// live and `Completed` or `Failed`, and say so with
+/// [`Reset::Deleted`] and the state it deleted. It MUST leave an `InFlight`
+/// record untouched, whether its lease is live or lapsed, and answer
+/// [`Reset::InFlight`]; and answer [`Reset::Absent`] for a key without a
+/// live record (a record past retention included). The check and the
+/// delete MUST be one atomic step: of two resets racing on one settled
+/// record exactly one deletes it, and a reset never deletes a claim that
+/// landed after another reset's delete. A reset MUST delete, never
+/// rewrite: no token the record held may change anything afterwards (an
+/// owner's late `swap`, `take_over` or `remove` with it returns `false`).
+/// A reset that deleted nothing MAY report `InFlight` or `Absent` from a
+/// read that follows its delete, as long as the answer is what that read
+/// saw and some serial order explains it.
 ///
 /// *Fidelity.* Payloads, tokens and fingerprints MUST round-trip byte for
 /// byte, including an empty payload and payloads of several MiB; a
@@ -109,7 +155,8 @@ pub enum Insert {
 /// protocol's costs (two round trips for a first execution, one for a
 /// replay) rest on it. An `insert` that finds a record in flight MAY take
 /// a second, to read its lease left (Redis's claim does: see
-/// `idem-redis`). (Measured by `idem-bench`, not checked by the kit.)
+/// `idem-redis`), and a `reset` that deletes nothing MAY take a second, to
+/// say what is there (MariaDB's does). (Measured by `idem-bench`, not checked by the kit.)
 ///
 /// *Wake-ups* (optional). A store MAY offer [`wakeups`](Store::wakeups);
 /// one that does MUST call [`Wakeups::wake`] for a key after every `swap`
@@ -167,6 +214,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Reads the live record under `key`, or `None`.
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError>;
 
+    /// Deletes the record under `key` if it is live and settled
+    /// (`Completed` or `Failed`), so that the key runs its work again; an
+    /// `InFlight` record is left alone. Says what it found (see
+    /// [`Reset`] and the contract's *Reset*).
+    ///
+    /// This is an operator's step (`idem reset`,
+    /// [`Idempotent::reset`](crate::Idempotent::reset)), never part of a
+    /// request: the state machine does not call it.
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError>;
+
     /// Deletes up to `limit` records that are past retention and returns how
     /// many it deleted. MUST NOT delete a live record, whatever its state
     /// (`InFlight` with a lapsed lease, `Completed`, `Failed`), judging each
@@ -219,6 +276,10 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         (**self).load(key).await
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        (**self).reset(key).await
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {

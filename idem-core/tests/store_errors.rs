@@ -59,6 +59,9 @@ impl Store for Flaky {
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.inner.load(key).await
     }
+    async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+        self.inner.reset(key).await
+    }
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.inner.purge_expired(limit).await
     }

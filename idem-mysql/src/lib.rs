@@ -84,7 +84,10 @@
 //! is one `INSERT … ON DUPLICATE KEY UPDATE … RETURNING`: it inserts the
 //! record, replaces an expired one, or returns the live one unchanged. A
 //! replay changes no column, and InnoDB writes nothing for an unchanged
-//! row.
+//! row. A `reset` (an operator's step) is a `DELETE … RETURNING` of the
+//! row only if it is settled; when it deleted nothing, a locking read says
+//! whether the key is in flight or absent (a second round trip), and a row
+//! that was settled again meanwhile sends the delete once more.
 //!
 //! # Locks and deadlocks
 //!

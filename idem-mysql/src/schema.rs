@@ -59,6 +59,12 @@ pub(crate) struct Statements {
     pub(crate) remove: String,
     /// key.
     pub(crate) load: String,
+    /// key. Deletes the key's row if it is live and settled, returning its
+    /// state.
+    pub(crate) reset: String,
+    /// key. The state of the key's live row, for a reset that deleted
+    /// nothing.
+    pub(crate) live_state: String,
     /// limit.
     pub(crate) expired: String,
 }
@@ -141,6 +147,15 @@ impl Statements {
             ),
             remove: format!("DELETE FROM {t} WHERE {owned_live_in_flight}"),
             load: format!("SELECT {columns} FROM {t} WHERE `key` = ? AND retain_until > {NOW}"),
+            reset: format!(
+                "DELETE FROM {t} WHERE `key` = ? AND state <> 0 AND retain_until > {NOW} \
+                 RETURNING state"
+            ),
+            // A locking read sees the latest committed row, whatever the
+            // isolation level.
+            live_state: format!(
+                "SELECT state FROM {t} WHERE `key` = ? AND retain_until > {NOW} FOR UPDATE"
+            ),
             // A plain consistent read: it takes no lock, so picking a batch
             // never blocks a claim. The delete that follows goes by primary
             // key (see `delete_expired`).

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
 use sqlx::mysql::{MySql, MySqlArguments, MySqlPool};
 use sqlx::query::Query;
 
@@ -17,6 +17,24 @@ use crate::schema::{Statements, TableName};
 /// error reaches the caller. A deadlock victim is rolled back whole, so a
 /// rerun is the same single atomic step, not a second one.
 const DEADLOCK_RERUNS: usize = 8;
+
+/// How many times a reset that found a settled row it did not delete (a
+/// claim and its completion landed between its two statements) tries
+/// again.
+const RESET_ROUNDS: usize = 8;
+
+/// A state code read back from the table.
+fn state(key: &str, code: i8) -> Result<State, StoreError> {
+    u8::try_from(code)
+        .ok()
+        .and_then(State::from_u8)
+        .ok_or_else(|| {
+            StoreError::corrupt(
+                crate::BACKEND,
+                format!("the record under {key:?} has state code {code}, which is no known state"),
+            )
+        })
+}
 
 /// The most keys one purge `DELETE` lists, so that a large `limit` never
 /// becomes one huge statement.
@@ -238,6 +256,40 @@ impl Store for MySqlStore {
             .await
             .map_err(error)?;
         row.map(|row| record(&row)).transpose()
+    }
+
+    /// The `DELETE … RETURNING` takes a settled row in one atomic step.
+    /// When it deleted nothing, a locking read says what is there: an
+    /// in-flight row or none is the answer at that read (nothing was
+    /// deleted, and the read is a point where that is true); a settled row
+    /// was written after the delete looked, so the delete runs again.
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        for _ in 0..RESET_ROUNDS {
+            let deleted: Option<i8> = rerun_deadlocks(|| {
+                sqlx::query_scalar(&self.sql.reset)
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+            if let Some(code) = deleted {
+                return Ok(Reset::Deleted(state(key, code)?));
+            }
+            let found: Option<i8> = rerun_deadlocks(|| {
+                sqlx::query_scalar(&self.sql.live_state)
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+            })
+            .await?;
+            match found.map(|code| state(key, code)).transpose()? {
+                None => return Ok(Reset::Absent),
+                Some(State::InFlight) => return Ok(Reset::InFlight),
+                Some(_) => continue,
+            }
+        }
+        Err(StoreError::backend(
+            crate::BACKEND,
+            format!("the record under {key:?} was settled again each time a reset looked"),
+        ))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {

@@ -63,7 +63,10 @@
 //! complete), a replay, an in-progress answer or a mismatch one. The claim
 //! inserts the record, replaces an expired one, or returns the live one —
 //! also when a concurrent transaction committed that row after the
-//! statement's snapshot was taken. A replay writes nothing.
+//! statement's snapshot was taken. A replay writes nothing. A `reset`
+//! (an operator's step) is one statement too: a `DELETE` of the key's row
+//! only if it is settled, and a read of the row's state for the answer
+//! when it deleted nothing.
 //!
 //! # Purging expired records
 //!

@@ -65,6 +65,9 @@ pub(crate) struct Statements {
     /// The notification channel, when notifications are on.
     pub(crate) channel: Option<String>,
     pub(crate) load: String,
+    /// Deletes the key's row if it is live and settled; returns `state`
+    /// and `deleted`, or no row when the key has no live record.
+    pub(crate) reset: String,
     pub(crate) purge: String,
     pub(crate) complete_in: String,
     /// Inserts a batch of prepared claims: see `batch.rs`.
@@ -175,6 +178,21 @@ impl Statements {
             load: format!(
                 "SELECT token, fingerprint, state, payload, {lease_left}, {retain_left} \
                  FROM {t} WHERE key = $1 AND retain_until > {NOW}"
+            ),
+            // The delete re-checks the row's newest version (a completion
+            // committed meanwhile is deleted, a row another reset deleted
+            // is not); the read beside it sees the statement's snapshot and
+            // only speaks when nothing was deleted. A settled row it sees
+            // but the delete did not take was deleted by a concurrent
+            // reset: the caller reads that as absent.
+            reset: format!(
+                "WITH deleted AS (\
+                 DELETE FROM {t} WHERE key = $1 AND state <> 0 AND retain_until > {NOW} \
+                 RETURNING state) \
+                 SELECT state, true AS deleted FROM deleted \
+                 UNION ALL \
+                 SELECT state, false FROM {t} WHERE key = $1 AND retain_until > {NOW} \
+                 AND NOT EXISTS (SELECT FROM deleted)"
             ),
             // SKIP LOCKED lets several purgers (one per app server) share
             // the work without waiting on each other or on a claim that is

@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use idem_core::store::{
+    Insert, NewRecord, Record, Reset, State, Store, StoreError, Token, Wakeups,
+};
 use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, Postgres};
 use sqlx::query::Query;
 use sqlx::Row;
@@ -272,6 +274,37 @@ impl Store for PostgresStore {
             .await
             .map_err(error)?;
         row.map(|row| record(&row, 0)).transpose()
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        let row = sqlx::query(&self.sql.reset)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(error)?;
+        let Some(row) = row else {
+            return Ok(Reset::Absent);
+        };
+        let code: i16 = row.try_get(0).map_err(error)?;
+        let deleted: bool = row.try_get(1).map_err(error)?;
+        let state = u8::try_from(code)
+            .ok()
+            .and_then(State::from_u8)
+            .ok_or_else(|| {
+                StoreError::corrupt(
+                    crate::BACKEND,
+                    format!(
+                        "the record under {key:?} has state code {code}, which is no known state"
+                    ),
+                )
+            })?;
+        Ok(match (deleted, state) {
+            (true, state) => Reset::Deleted(state),
+            (false, State::InFlight) => Reset::InFlight,
+            // Settled in the statement's snapshot but deleted by a
+            // concurrent reset before this one reached it.
+            (false, _) => Reset::Absent,
+        })
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {

@@ -11,12 +11,13 @@ pub(crate) struct Scripts {
     pub(crate) swap: Script,
     pub(crate) take_over: Script,
     pub(crate) remove: Script,
+    pub(crate) reset: Script,
 }
 
 impl Scripts {
     /// All of them, to load into a server up front.
-    pub(crate) fn all(&self) -> [&Script; 3] {
-        [&self.swap, &self.take_over, &self.remove]
+    pub(crate) fn all(&self) -> [&Script; 4] {
+        [&self.swap, &self.take_over, &self.remove, &self.reset]
     }
 }
 
@@ -36,6 +37,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     swap: compare_and_set!("swap.lua"),
     take_over: compare_and_set!("take_over.lua"),
     remove: compare_and_set!("remove.lua"),
+    reset: compare_and_set!("reset.lua"),
 });
 
 #[cfg(test)]
@@ -73,6 +75,7 @@ mod tests {
             ("swap.lua", include_str!("lua/swap.lua")),
             ("take_over.lua", include_str!("lua/take_over.lua")),
             ("remove.lua", include_str!("lua/remove.lua")),
+            ("reset.lua", include_str!("lua/reset.lua")),
         ] {
             let code: String = script
                 .lines()

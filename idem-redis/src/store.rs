@@ -8,7 +8,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClient;
 use redis::{IntoConnectionInfo, Value};
 
-use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
 
 use crate::connection::{command, Shared};
 use crate::error::{failed, unexpected};
@@ -31,7 +31,8 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   makes a Redis Cluster safe: any record may live on any node. The claim
 ///   (`insert`) is a bare `SET … NX GET PX`; `load` is a `MULTI … EXEC` of
 ///   `GET` and `PTTL`, sent in one write; `swap`, `take_over` and `remove`
-///   are compare-and-sets on the token, one Lua script each, called by
+///   are compare-and-sets on the token, and `reset` deletes a settled
+///   record and nothing else, one Lua script each, called by
 ///   SHA-1 (`EVALSHA`). A server that lost its script cache (a restart)
 ///   gets the script loaded again on first use.
 /// * **A claim that finds a record in flight costs a second round trip.**
@@ -329,6 +330,27 @@ impl Store for RedisStore {
         let mut get = command("GET", 1, key.len());
         get.arg(&key);
         self.read_with_ttl(&key, get).await
+    }
+
+    /// One script (`lua/reset.lua`) on the record's one key, so it is one
+    /// round trip and safe on a Cluster.
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        let key = self.redis_key(key);
+        let script = &SCRIPTS.reset;
+        let reply = script
+            .run(&*self.connection, &script.call(&key, 0))
+            .await
+            .map_err(|e| failed(&key, e))?;
+        match reply {
+            Value::Int(0) => Ok(Reset::Absent),
+            Value::Int(-1) => Ok(Reset::InFlight),
+            Value::Int(code @ (1 | 2)) => match u8::try_from(code).ok().and_then(State::from_u8) {
+                Some(state) => Ok(Reset::Deleted(state)),
+                None => Err(unexpected(Value::Int(code))),
+            },
+            Value::BulkString(value) => Err(crate::error::refused(&key, value)),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Always `Ok(0)`: every record's key carries its retention as a Redis

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_core::store::{Insert, NewRecord, Record, State, Token};
+use idem_core::store::{Insert, NewRecord, Record, Reset, State, Token};
 use idem_core::Fingerprint;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -40,6 +40,12 @@ const TAKE_OVER: &str = "UPDATE idem_records SET token = ?1, fingerprint = ?2, s
 
 const REMOVE: &str = "DELETE FROM idem_records \
     WHERE key = ?1 AND token = ?2 AND state = 0 AND retain_until > ?3";
+
+// A reset reads the live record's state, then deletes it if it is settled;
+// the writer's transaction holds the write lock between the two.
+const LIVE_STATE: &str = "SELECT state FROM idem_records WHERE key = ?1 AND retain_until > ?2";
+
+const DELETE_KEY: &str = "DELETE FROM idem_records WHERE key = ?1";
 
 // The index on retain_until finds the expired rows; LIMIT bounds how long
 // one purge holds the write lock.
@@ -94,6 +100,9 @@ pub(crate) enum Op {
     Load {
         key: String,
     },
+    Reset {
+        key: String,
+    },
     Purge {
         limit: usize,
     },
@@ -114,6 +123,7 @@ pub(crate) enum Done {
     Insert(Insert),
     Changed(bool),
     Loaded(Option<Record>),
+    Reset(Reset),
     Purged(usize),
     Page(idem_core::inspect::Page),
     Stats(idem_core::inspect::Stats),
@@ -149,7 +159,7 @@ impl Op {
             // A session nobody holds any more has nothing to run.
             Op::Insert { .. } | Op::Load { .. } | Op::Inspect(_) | Op::Session(_) => true,
             Op::Swap { take_over, .. } => *take_over,
-            Op::Remove { .. } | Op::Purge { .. } | Op::Work(_) => false,
+            Op::Remove { .. } | Op::Reset { .. } | Op::Purge { .. } | Op::Work(_) => false,
             #[cfg(feature = "raw-protocol")]
             Op::Raw(raw) => raw.is_skippable(),
         }
@@ -225,6 +235,26 @@ impl Op {
                 Ok(Done::Changed(removed == 1))
             }
             Op::Load { key } => Ok(Done::Loaded(load(conn, key, now)?)),
+            Op::Reset { key } => {
+                let state: Option<i64> = conn
+                    .prepare_cached(LIVE_STATE)?
+                    .query_row(params![key, now], |row| row.get(0))
+                    .optional()?;
+                let Some(code) = state else {
+                    return Ok(Done::Reset(Reset::Absent));
+                };
+                let state = u8::try_from(code).ok().and_then(State::from_u8);
+                match state {
+                    Some(State::InFlight) => Ok(Done::Reset(Reset::InFlight)),
+                    Some(settled) => {
+                        conn.prepare_cached(DELETE_KEY)?.execute(params![key])?;
+                        Ok(Done::Reset(Reset::Deleted(settled)))
+                    }
+                    None => Err(OpError::Bad(Failure::BadRow(format!(
+                        "the record under {key:?} has state code {code}, which is no known state"
+                    )))),
+                }
+            }
             Op::Purge { limit } => {
                 let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
                 let purged = conn.prepare_cached(PURGE)?.execute(params![now, limit])?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token, Wakeups};
+use idem_core::store::{Insert, NewRecord, Record, Reset, Store, StoreError, Token, Wakeups};
 use tokio::sync::oneshot;
 
 use crate::error::Failure;
@@ -329,6 +329,18 @@ impl Store for SqliteStore {
             .await?
         {
             Done::Loaded(record) => Ok(record),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        match self
+            .call(Op::Reset {
+                key: key.to_owned(),
+            })
+            .await?
+        {
+            Done::Reset(reset) => Ok(reset),
             other => Err(unexpected(other)),
         }
     }

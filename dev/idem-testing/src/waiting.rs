@@ -108,6 +108,10 @@ impl Store for CountingStore {
         self.inner.load(key).await
     }
 
+    async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+        self.inner.reset(key).await
+    }
+
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.inner.purge_expired(limit).await
     }

@@ -13,5 +13,6 @@ pub mod fencing;
 pub mod fidelity;
 pub mod interleaving;
 pub mod recovery;
+pub mod reset;
 pub mod steps;
 pub mod swap;

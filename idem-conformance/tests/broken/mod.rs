@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
 use idem_core::Fingerprint;
 use tokio::time::Instant;
 
@@ -120,6 +120,21 @@ pub(crate) enum Flaw {
     FoldsKeyCase,
     /// Keys are cut to 255 bytes, as a `VARCHAR(255)` column would.
     TruncatesKeys,
+
+    // Reset.
+    /// `reset` deletes any live record, an InFlight one too.
+    ResetDeletesInFlight,
+    /// `reset` takes only Completed records for settled: a Failed one is
+    /// reported in flight and kept.
+    ResetSkipsFailed,
+    /// `reset` reports deleting a record past retention.
+    ResetReportsExpired,
+    /// `reset` checks, yields, then deletes whatever is there.
+    ResetCheckThenDelete,
+    /// `reset` rewrites the record as a claim whose lease has lapsed, with
+    /// the token it held, so that the next caller takes it over: the last
+    /// owner's late completion lands again.
+    ResetRewritesAsLapsedClaim,
 }
 
 #[derive(Debug, Clone)]
@@ -467,6 +482,45 @@ impl Store for FlawedStore {
             .filter(|entry| self.live_for(entry, now, Flaw::LoadReturnsExpired))
             .map(|entry| self.record(entry, now, given))
             .transpose()
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        let key = self.stored_key(key);
+        let answer = |entry: Option<&Entry>, now: Instant| match entry {
+            Some(entry) if self.live_for(entry, now, Flaw::ResetReportsExpired) => {
+                match entry.state {
+                    State::InFlight if !self.has(Flaw::ResetDeletesInFlight) => Reset::InFlight,
+                    State::Failed if self.has(Flaw::ResetSkipsFailed) => Reset::InFlight,
+                    state => Reset::Deleted(state),
+                }
+            }
+            _ => Reset::Absent,
+        };
+        if self.has(Flaw::ResetCheckThenDelete) {
+            let found = answer(self.lock().get(&key), Instant::now());
+            if !matches!(found, Reset::Deleted(_)) {
+                return Ok(found);
+            }
+            tokio::task::yield_now().await;
+            self.lock().remove(&key);
+            return Ok(found);
+        }
+        let now = Instant::now();
+        let mut records = self.lock();
+        let found = answer(records.get(&key), now);
+        if matches!(found, Reset::Deleted(_)) {
+            match records.get_mut(&key) {
+                Some(entry) if self.has(Flaw::ResetRewritesAsLapsedClaim) => {
+                    entry.state = State::InFlight;
+                    entry.payload.clear();
+                    entry.lease_until = Some(now);
+                }
+                _ => {
+                    records.remove(&key);
+                }
+            }
+        }
+        Ok(found)
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {

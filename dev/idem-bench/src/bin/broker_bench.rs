@@ -150,6 +150,13 @@ impl<S: Store> Store for Counting<S> {
         Steps::add(&STEPS.store, began);
         result
     }
+    async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        let began = Instant::now();
+        let result = self.inner.reset(key).await;
+        Steps::add(&STEPS.store, began);
+        result
+    }
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.inner.purge_expired(limit).await

@@ -42,6 +42,9 @@ impl Store for DownStore {
     async fn load(&self, _: &str) -> Result<Option<Record>, StoreError> {
         Err(down())
     }
+    async fn reset(&self, _: &str) -> Result<idem_core::store::Reset, StoreError> {
+        Err(down())
+    }
     async fn purge_expired(&self, _: usize) -> Result<usize, StoreError> {
         Err(down())
     }
@@ -114,6 +117,9 @@ impl Store for HungStore {
     async fn load(&self, _: &str) -> Result<Option<Record>, StoreError> {
         std::future::pending().await
     }
+    async fn reset(&self, _: &str) -> Result<idem_core::store::Reset, StoreError> {
+        std::future::pending().await
+    }
     async fn purge_expired(&self, _: usize) -> Result<usize, StoreError> {
         std::future::pending().await
     }
@@ -178,6 +184,9 @@ impl Store for RecordFailsOnce {
     }
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.store.load(key).await
+    }
+    async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+        self.store.reset(key).await
     }
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.store.purge_expired(limit).await
@@ -373,6 +382,9 @@ impl Store for SlowAnswer {
     }
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.inner.load(key).await
+    }
+    async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+        self.inner.reset(key).await
     }
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.inner.purge_expired(limit).await

@@ -427,6 +427,9 @@ mod tests {
         async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
             self.0.load(key).await
         }
+        async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+            self.0.reset(key).await
+        }
         async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
             self.0.purge_expired(limit).await
         }

@@ -180,6 +180,11 @@ impl Store for Recorder {
         result
     }
 
+    /// Passed through unrecorded: no schedule resets a key.
+    async fn reset(&self, key: &str) -> Result<idem_core::store::Reset, StoreError> {
+        self.inner.reset(key).await
+    }
+
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         let op = self.start(Call::Purge, "", None, None);
         let result = self.inner.purge_expired(limit).await;
