@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use idem_core::store::Store;
+use idem_core::store::{NearCache, Store};
 
 /// A fresh, isolated store for one case, and whatever must live as long as
 /// it does.
@@ -35,6 +35,18 @@ impl Fixture {
         Fixture {
             store,
             _guard: Box::new(guard),
+        }
+    }
+
+    /// The same fixture with its store behind a
+    /// [`NearCache`](idem_core::store::NearCache), so that the whole kit
+    /// runs through the cache: a cache that answers what the store would
+    /// not fails the case that catches that answer.
+    pub fn with_near_cache(self) -> Fixture {
+        let Fixture { store, _guard } = self;
+        Fixture {
+            store: Arc::new(NearCache::new(store)),
+            _guard,
         }
     }
 

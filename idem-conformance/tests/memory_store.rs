@@ -22,6 +22,15 @@ mod per_case {
     idem_conformance::store_tests!(factory);
 }
 
+/// The whole kit again, through a near cache in front of the store.
+mod near_cache {
+    async fn factory() -> idem_conformance::Fixture {
+        super::factory().await.with_near_cache()
+    }
+
+    idem_conformance::store_tests!(factory);
+}
+
 /// The reference store with every answer held back after the change is
 /// made, as a networked store answers: a caller dropped while waiting has
 /// still changed the record.

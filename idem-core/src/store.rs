@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 pub mod clamp;
+mod near;
 mod purger;
 mod record;
 mod tx;
@@ -17,6 +18,9 @@ mod wake;
 
 pub use crate::effects::PreparedClaim;
 pub use crate::idempotent::FALLBACK_POLL;
+pub use near::{
+    NearCache, NearCacheStats, DEFAULT_NEAR_BYTES, DEFAULT_NEAR_ENTRIES, DEFAULT_NEAR_MAX_AGE,
+};
 pub use purger::{spawn_purger, PURGE_BATCH};
 pub use record::{NewRecord, ParseError, Record, State, Token};
 pub use tx::{StoreTx, TxFuture, Uncommitted};

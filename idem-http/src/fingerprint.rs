@@ -10,6 +10,8 @@ use idem_core::Fingerprint;
 
 use crate::transcode::JsonText;
 
+mod memo;
+
 /// The fingerprint scheme of [`canonical_fingerprint`]. Scheme 1
 /// ([`Fingerprint::FIRST_SCHEME`]) is [`raw_fingerprint`], the form records
 /// were written in before JSON bodies were canonicalised.
@@ -60,6 +62,12 @@ pub fn fingerprint(
 /// replay of a record written by this build hash the request once. The
 /// body is kept (a shared [`Bytes`], not a copy) until then.
 ///
+/// A request whose exact bytes (method, path and query, `Content-Type`,
+/// body; up to 1 KiB) were fingerprinted lately in this process gets the
+/// fingerprint computed then, without transcoding or hashing again: a
+/// byte-identical retry, the common case, costs a keyed hash and a
+/// comparison of its bytes.
+///
 /// A body that is not JSON hashes to the same digest in both forms, so it
 /// is hashed once either way.
 pub fn lazy_fingerprint(
@@ -68,15 +76,39 @@ pub fn lazy_fingerprint(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> MatchingFingerprints {
-    let request = Parts::new(method, uri, headers);
-    match request.canonical(body) {
-        Some(canonical) => {
-            let (prefix, body) = (request.prefix, body.clone());
+    let content_type = content_type(headers);
+    let json = is_json(headers);
+    let target = path_and_query(uri);
+    let request = memo::Request::new(method.as_str(), target, &content_type, json, body);
+    let known = memo::recall(&request).unwrap_or_else(|| {
+        let parts = Parts::with(method, target, &content_type, json);
+        let known = match parts.canonical(body) {
+            Some(canonical) => memo::Known {
+                canonical: Some(canonical),
+                raw: None,
+                prefix: parts.prefix,
+            },
+            None => memo::Known {
+                raw: Some(parts.raw(body)),
+                canonical: None,
+                prefix: parts.prefix,
+            },
+        };
+        memo::remember(&request, known.clone());
+        known
+    });
+    match known {
+        memo::Known {
+            canonical: Some(canonical),
+            prefix,
+            ..
+        } => {
+            let body = body.clone();
             MatchingFingerprints::new(canonical.with_scheme(SCHEME))
                 .or_lazily(Fingerprint::FIRST_SCHEME, move || raw_of(prefix, &body))
         }
-        None => {
-            let raw = request.raw(body);
+        memo::Known { raw, prefix, .. } => {
+            let raw = raw.unwrap_or_else(|| raw_of(prefix, body));
             raw.with_scheme(SCHEME).also_matching(raw)
         }
     }
@@ -117,14 +149,20 @@ struct Parts {
 
 impl Parts {
     fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Parts {
+        Parts::with(
+            method,
+            path_and_query(uri),
+            &content_type(headers),
+            is_json(headers),
+        )
+    }
+
+    fn with(method: &Method, target: &str, content_type: &[u8], json: bool) -> Parts {
         let mut prefix = PartsHasher::new();
         prefix.update(method.as_str().as_bytes());
-        prefix.update(path_and_query(uri).as_bytes());
-        prefix.update(&content_type(headers));
-        Parts {
-            prefix,
-            json: is_json(headers),
-        }
+        prefix.update(target.as_bytes());
+        prefix.update(content_type);
+        Parts { prefix, json }
     }
 
     /// Scheme 1: the body as it is.
@@ -271,6 +309,64 @@ mod tests {
             of("POST", "/p", "application/json", b"[1,2]"),
             of("POST", "/p", "application/json", b"[2,1]")
         );
+    }
+
+    /// A request fingerprinted again with the same bytes comes from the
+    /// table of recent requests: it must be exactly what computing it
+    /// afresh gives, and a request that differs in any part, or only in
+    /// how its `Content-Type` lines are split, must not be taken for it.
+    #[test]
+    fn a_remembered_fingerprint_is_the_one_computed_afresh() {
+        let body = br#"{"amount":1250,"currency":"EUR"}"#;
+        let variants: Vec<(&str, &str, Vec<&str>, &[u8])> = vec![
+            ("POST", "/payments", vec!["application/json"], body),
+            ("PATCH", "/payments", vec!["application/json"], body),
+            ("POST", "/payments?x=1", vec!["application/json"], body),
+            (
+                "POST",
+                "/payments",
+                vec!["application/json; charset=utf-8"],
+                body,
+            ),
+            ("POST", "/payments", vec!["text/plain"], body),
+            ("POST", "/payments", vec![], body),
+            // Joined, these two lines read as the one after them: only the
+            // number of lines tells that the body is not read as JSON.
+            (
+                "POST",
+                "/payments",
+                vec!["application/json; v=1", "x"],
+                body,
+            ),
+            ("POST", "/payments", vec!["application/json; v=1, x"], body),
+            (
+                "POST",
+                "/payments",
+                vec!["application/json"],
+                br#"{"currency":"EUR","amount":1250}"#,
+            ),
+            (
+                "POST",
+                "/payments",
+                vec!["application/json"],
+                br#"{"amount":1251,"currency":"EUR"}"#,
+            ),
+            ("POST", "/payments", vec!["application/json"], b"{not json"),
+            ("POST", "/payments", vec!["application/json"], &[b'x'; 2000]),
+        ];
+        for round in 0..3 {
+            for (method, uri, types, body) in &variants {
+                let mut builder = http::Request::builder().method(*method).uri(*uri);
+                for ct in types {
+                    builder = builder.header(CONTENT_TYPE, *ct);
+                }
+                let p = builder.body(()).unwrap().into_parts().0;
+                let body = Bytes::copy_from_slice(body);
+                let lazy = lazy_fingerprint(&p.method, &p.uri, &p.headers, &body);
+                let afresh = fingerprint(&p.method, &p.uri, &p.headers, &body);
+                assert_eq!(lazy, afresh, "round {round}: {method} {uri} {types:?}");
+            }
+        }
     }
 
     #[test]

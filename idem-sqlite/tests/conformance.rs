@@ -14,3 +14,12 @@ async fn factory() -> Fixture {
 }
 
 idem_conformance::store_tests!(factory);
+
+/// The whole kit again, through a near cache in front of the store.
+mod near_cache {
+    async fn factory() -> idem_conformance::Fixture {
+        super::factory().await.with_near_cache()
+    }
+
+    idem_conformance::store_tests!(factory);
+}
