@@ -15,11 +15,13 @@ use tokio::task::JoinSet;
 
 use crate::fixture::BoxError;
 use crate::stores::{memory, mysql, postgres, redis, sqlite, Places};
+
 /// How long bulk records are kept: far beyond any run, as a service with
 /// the default retention keeps its records, and short enough that a run
 /// killed before its cleanup leaves nothing for long.
 pub(crate) const BULK_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How long to wait for a server before calling it unreachable.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Rows one bulk statement inserts: bounded, so that no transaction grows
