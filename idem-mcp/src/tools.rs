@@ -140,7 +140,7 @@ impl fmt::Debug for IdemTools {
 
 /// An error the work hands back so that the key is released: a result
 /// that is not recorded, passed on to the client as it is.
-struct Passed(Result<CallToolResponse, ErrorData>);
+struct Passed(Box<Result<CallToolResponse, ErrorData>>);
 
 impl IdemTools {
     /// Guards no tool yet; records go to `idem`'s store, in its namespace
@@ -286,16 +286,16 @@ impl IdemTools {
                     Ok(CallToolResponse::Complete(result))
                         if remember || result.is_error != Some(true) =>
                     {
-                        record_result(result, call_key)
+                        record_result(tool, result, call_key)
                     }
-                    other => Err(Passed(other)),
+                    other => Err(Passed(Box::new(other))),
                 }
             })
             .await;
         let ran = ran.load(Ordering::Relaxed);
         match outcome {
             Ok(recorded) => answer(tool, recorded, !ran),
-            Err(Error::Work(Passed(passed))) => passed,
+            Err(Error::Work(Passed(passed))) => *passed,
             Err(error) => Err(refusal(tool, error, ran)),
         }
     }
@@ -303,14 +303,14 @@ impl IdemTools {
 
 /// The recorded form of a result: versioned, with the call's key in its
 /// `_meta`, so the call that ran and every replay decode the same value.
-fn record_result(mut result: CallToolResult, call_key: &str) -> Result<Value, Passed> {
+fn record_result(tool: &str, mut result: CallToolResult, call_key: &str) -> Result<Value, Passed> {
     meta::set(&mut result.meta, meta::CALL_KEY, Value::from(call_key));
     match serde_json::to_value(&result) {
         Ok(result) => Ok(json!({ "v": 1, "result": result })),
-        // Not recordable: the key is released and the client gets an
-        // error that says the tool ran.
-        Err(e) => Err(Passed(Err(refuse::internal(format!(
-            "the tool's result cannot be encoded as JSON: {e}"
+        // Not recordable: the client gets an error that says the tool ran.
+        Err(e) => Err(Passed(Box::new(Err(refuse::not_recorded(
+            tool,
+            &format!("its result cannot be encoded as JSON: {e}"),
         ))))),
     }
 }
