@@ -88,16 +88,18 @@
 //! | **a remote API that dedupes** on its own idempotency key (a payment gateway, an email API) | *derived keys*: [`Lease::derive_key`] / [`Key::derive`], the same for every retry and every owner that takes the key over | a re-run after a crash sends the same key, and the remote API answers with the first call's result |
 //! | **anything else** (an SMTP send, a webhook to a system without keys) | the lease alone: at most once per lease | a crash after the effect and before the record lets one retry repeat it once the lease lapses |
 //!
-//! The SQL stores share one policy ([`StoreTx`](store::StoreTx)). On
-//! PostgreSQL and MariaDB (`idem_postgres::PostgresStore::execute_in_tx`,
-//! `idem_mysql::MySqlStore::execute_in_tx`) the work gets the
-//! transaction's connection while the heartbeat renews the lease through
-//! another pool connection, and `complete_in`/`fail_in` do the same step
-//! inside a transaction the caller manages. On SQLite
-//! (`idem_sqlite::SqliteStore::execute_in_tx`) the work is a synchronous
-//! closure run on the store's writer thread inside a savepoint of its
-//! group-commit transaction, so its rows share one commit with the
-//! operations queued around it. Each store also has
+//! The SQL stores share one policy ([`StoreTx`](store::StoreTx)) and one
+//! shape: `execute_in_tx(&idem, key, &body, |tx| Box::pin(async move {
+//! … }))`, and for a transaction the caller manages, `store.begin()`, then
+//! `complete_in(&mut tx, lease, payload)` / `fail_in`, ended through the
+//! [`Uncommitted`](store::Uncommitted) guard they return. On PostgreSQL and
+//! MariaDB the work gets the transaction's connection while the heartbeat
+//! renews the lease through another pool connection. On SQLite the
+//! transaction (`idem_sqlite::SqliteTx`) is served by the store's one
+//! writer thread, whose other writes wait for it, so no heartbeat runs
+//! (nothing can take the key over meanwhile); its synchronous closure form,
+//! `execute_in_batch`, runs inside the writer's group commit and shares one
+//! commit with the operations queued around it. Each store also has
 //! `execute_in_tx_remembering`, which records chosen work errors as
 //! remembered failures in the same transaction. An operation made of
 //! several effects picks a mechanism per step ([`steps`]).

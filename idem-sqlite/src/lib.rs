@@ -29,24 +29,41 @@
 //!
 //! # Exactly-once effects: transactional completion
 //!
-//! When the work's effect is a write to the same database file,
-//! [`SqliteStore::execute_in_tx`] records the outcome in the same
-//! transaction as the work's rows, so a crash leaves both or neither and a
-//! stale owner's rows are undone. The work is a **synchronous closure run
-//! on the writer thread** inside a savepoint of the writer's current
-//! group-commit transaction; the token-fenced completion runs in the same
-//! savepoint. The alternatives cost more: a second connection with its own
-//! transaction would wait for the write lock the writer holds, and running
-//! an async closure while holding the writer would stall every other
-//! caller for as long as the closure awaits. A synchronous closure costs
-//! the others only its own run time, and its writes share one commit (one
-//! fsync) with the operations that queued before it. The closure cannot
-//! end the transaction: SQLite's authorizer refuses `COMMIT`, `ROLLBACK`
-//! and releasing the savepoint inside it. [`SqliteStore::settle_in_tx`] is
-//! the low-level step for a [`Lease`](idem_core::Lease) from
-//! `Idempotent::begin`. [`SqliteStore::execute_in_tx_remembering`] records
-//! chosen work errors as remembered failures in the same savepoint, with
-//! the rows the work wrote before failing.
+//! When the work's effect is a write to the same database file, the
+//! outcome is recorded in the same transaction as the work's rows, so a
+//! crash leaves both or neither and a stale owner's rows are undone. The
+//! shape is the PostgreSQL and MariaDB stores': [`SqliteStore::begin`]
+//! opens a [`SqliteTx`], [`SqliteStore::complete_in`] and
+//! [`SqliteStore::fail_in`] record inside it and return the
+//! [`Uncommitted`](idem_core::store::Uncommitted) guard (a rollback or a
+//! drop gives the key back), and [`SqliteStore::execute_in_tx`] /
+//! [`SqliteStore::execute_in_tx_remembering`] take the same async closure
+//! over idem-core's one driver. Code moving between the three stores
+//! changes the store type and its statements, nothing else
+//! (`examples/transfer` runs on all three).
+//!
+//! Two differences rusqlite's synchronous, single-writer design makes:
+//!
+//! * Statements are closures, `tx.call(|conn| conn.execute(…))`, run on
+//!   the writer thread inside a savepoint of its transaction; SQLite's
+//!   authorizer refuses `COMMIT`, `ROLLBACK` and releasing that savepoint
+//!   inside them.
+//! * While a `SqliteTx` is open, the writer serves only it: every other
+//!   write of the store waits (a SQLite file has one writer at a time
+//!   whatever the connection). A second caller of the same key is
+//!   answered once the transaction ends, not `InProgress` meanwhile, and no
+//!   heartbeat runs, since nothing can take the key over. Keep such a
+//!   transaction short and await no other operation of the store in it.
+//!
+//! Where throughput matters more than the shared shape,
+//! [`SqliteStore::execute_in_batch`] runs a **synchronous closure** inside
+//! the writer's current group-commit transaction: it costs the other
+//! callers only its own run time, and its writes share one commit (one
+//! fsync) with the operations queued before it.
+//! [`SqliteStore::settle_in_tx`] is its low-level step for a
+//! [`Lease`](idem_core::Lease) from `Idempotent::begin`, and
+//! [`SqliteStore::execute_in_batch_remembering`] records chosen work
+//! errors as remembered failures in the same savepoint.
 //!
 //! # Disk space: purging and vacuum
 //!
