@@ -41,6 +41,7 @@
 //! | `inbox`, `inbox-postgres`, `inbox-actix` | `idem::inbox` | the webhook inbox and its queues |
 //! | `nats`, `amqp`, `redis-streams` | `idem::broker` | idempotent broker consumers |
 //! | `conformance` | `idem::conformance` | the kit that proves a store of your own |
+//! | `proxy` | `idem::proxy` | the reverse proxy, as a library |
 //!
 //! Each module is the crate of the same name (`idem::redis` is
 //! `idem-redis`); depending on those crates directly works as well.
@@ -72,6 +73,9 @@ pub use idem_mysql as mysql;
 #[cfg(feature = "postgres")]
 #[doc(inline)]
 pub use idem_postgres as postgres;
+#[cfg(feature = "proxy")]
+#[doc(inline)]
+pub use idem_proxy as proxy;
 #[cfg(feature = "redis")]
 #[doc(inline)]
 pub use idem_redis as redis;
