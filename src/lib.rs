@@ -42,6 +42,7 @@
 //! | `nats`, `amqp`, `redis-streams` | `idem::broker` | idempotent broker consumers |
 //! | `conformance` | `idem::conformance` | the kit that proves a store of your own |
 //! | `mcp` | `idem::mcp` | MCP tool calls an agent can retry, with an approval gate |
+//! | `proxy` | `idem::proxy` | the reverse proxy, as a library |
 //!
 //! Each module is the crate of the same name (`idem::redis` is
 //! `idem-redis`); depending on those crates directly works as well.
@@ -76,6 +77,9 @@ pub use idem_mysql as mysql;
 #[cfg(feature = "postgres")]
 #[doc(inline)]
 pub use idem_postgres as postgres;
+#[cfg(feature = "proxy")]
+#[doc(inline)]
+pub use idem_proxy as proxy;
 #[cfg(feature = "redis")]
 #[doc(inline)]
 pub use idem_redis as redis;

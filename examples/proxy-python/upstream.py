@@ -9,7 +9,8 @@ each keyed POST once and replays the answer to retries.
 It counts its effects (`GET /effects`) and logs each run with its key and
 time (`GET /runs`), which idem's tests read. `POST /charges` is the
 upstream that records the key the proxy passes on (`Idempotency-Key`) and
-refuses to charge twice under it; the other routes are the HTTP behaviour
+refuses to charge twice under it (with `x-gate: 1` it answers only after a
+`POST /gate`); the other routes are the HTTP behaviour
 suite's: `/payments`, `/other`, `/binary`, `/gated` (waits for a
 `POST /gate`), `/flaky`, `/big`, `/broken`, `/panic` and `/slow`;
 `/headers` answers the request's headers. Under `/demo` it is the payments
@@ -110,7 +111,8 @@ class Handler(BaseHTTPRequestHandler):
                     answer = '{"charge":%d}' % len(runs)
                     if key is not None:
                         charged[key] = answer
-            time.sleep(float(self.headers.get("x-delay", "0")))
+            if self.headers.get("x-gate"):
+                gate.acquire()
             self.answer(201, answer, "application/json")
         elif path == "/headers":
             run(path, key)

@@ -144,6 +144,7 @@ mod upstream;
 
 pub use admin::{install_prometheus, serve_admin};
 pub use config::{Config, ConfigError, RouteConfig, ScopeConfig};
+pub use idem_http::Options;
 pub use proxy::{Proxy, ProxyBody, ProxyBuilder, DEFAULT_SHUTDOWN_GRACE};
 pub use route::{PathPattern, PatternError, Route, Scope, SCOPE_HEADER};
 pub use upstream::{UpstreamError, UpstreamUrl, UpstreamUrlError, DEFAULT_UPSTREAM_TIMEOUT};
