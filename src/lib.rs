@@ -37,6 +37,7 @@
 //! | `http` | `idem::http` | the Idempotency-Key protocol without a framework |
 //! | `tower` | `idem::tower` | middleware for tower, axum and hyper |
 //! | `actix` | `idem::actix` | middleware for actix-web |
+//! | `tonic` | `idem::tonic` | gRPC: unary calls once per key for tonic servers, safe retries for clients |
 //! | `client` | `idem::client` | the retrying reqwest client |
 //! | `inbox`, `inbox-postgres`, `inbox-actix` | `idem::inbox` | the webhook inbox and its queues |
 //! | `nats`, `amqp`, `redis-streams` | `idem::broker` | idempotent broker consumers |
@@ -89,6 +90,9 @@ pub use idem_sqlite as sqlite;
 #[cfg(feature = "stores")]
 #[doc(inline)]
 pub use idem_stores as stores;
+#[cfg(feature = "tonic")]
+#[doc(inline)]
+pub use idem_tonic as tonic;
 #[cfg(feature = "tower")]
 #[doc(inline)]
 pub use idem_tower as tower;

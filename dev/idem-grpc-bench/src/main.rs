@@ -1,0 +1,308 @@
+//! Calls per second through idem-tonic's server layer against a bare tonic
+//! handler, in the same run, on the same Redis.
+//!
+//! `cargo run --release -p idem-grpc-bench -- --help`
+//!
+//! Two servers on 127.0.0.1 serve the same handler, which does one Redis
+//! `GET` (its work) and answers a small message: `control` bare, `idem`
+//! behind `IdempotencyLayer` on a `RedisStore` over the same server. The
+//! same client code loads each from `--concurrency` tasks over
+//! `--connections` HTTP/2 connections for `--duration`:
+//!
+//! * `control`: the bare handler, one Redis round trip a call;
+//! * `first`: `idem` with a new key every call: claim, the handler's `GET`,
+//!   record (three round trips);
+//! * `replay`: `idem` with keys recorded beforehand: one round trip, the
+//!   handler does not run.
+//!
+//! Each repetition runs the three in a rotated order; the figures are the
+//! medians over repetitions, and the ratios are idem ÷ control.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use idem_core::Idempotent;
+use idem_redis::RedisStore;
+use idem_tonic::IdempotencyLayer;
+use idem_tonic_testing::proto::payments_server::Payments;
+use idem_tonic_testing::{
+    incoming, listener, ChargeReply, ChargeRequest, PaymentsClient, PaymentsServer, CHARGE,
+};
+use redis::aio::ConnectionManager;
+use tonic::codegen::tokio_stream;
+use tonic::transport::{Channel, Server};
+use tonic::{Request, Response, Status};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// idem-tonic against a bare tonic handler doing one Redis GET.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The Redis server.
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Repetitions; the figures are their medians.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// How long each row of a repetition runs.
+    #[arg(long, default_value = "2", value_parser = seconds)]
+    duration: Duration,
+    /// Calls in flight at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// HTTP/2 connections the calls share.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Keys recorded before the replay rows.
+    #[arg(long, default_value_t = 1000)]
+    replay_keys: usize,
+}
+
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|secs| *secs > 0.0 && secs.is_finite())
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("not a number of seconds: {text}"))
+}
+
+/// The handler: one Redis `GET`, then a small answer.
+#[derive(Clone)]
+struct Handler {
+    redis: ConnectionManager,
+    key: String,
+}
+
+#[tonic::async_trait]
+impl Payments for Handler {
+    async fn charge(
+        &self,
+        request: Request<ChargeRequest>,
+    ) -> Result<Response<ChargeReply>, Status> {
+        let mut redis = self.redis.clone();
+        let got: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("GET")
+            .arg(&self.key)
+            .query_async(&mut redis)
+            .await;
+        if let Err(error) = got {
+            return Err(Status::unavailable(error.to_string()));
+        }
+        let request = request.into_inner();
+        Ok(Response::new(ChargeReply {
+            charge_id: "ch_0123456789abcdef0123456789abcdef".into(),
+            amount: request.amount,
+            run: 1,
+        }))
+    }
+
+    type WatchStream = tokio_stream::Empty<Result<ChargeReply, Status>>;
+
+    async fn watch(
+        &self,
+        _: Request<ChargeRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+}
+
+async fn serve(layer: Option<IdempotencyLayer>, handler: Handler) -> SocketAddr {
+    let (listener, address) = listener().await;
+    let service = PaymentsServer::new(handler);
+    tokio::spawn(async move {
+        let served = match layer {
+            Some(layer) => {
+                Server::builder()
+                    .layer(layer)
+                    .add_service(service)
+                    .serve_with_incoming(incoming(listener))
+                    .await
+            }
+            None => {
+                Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(incoming(listener))
+                    .await
+            }
+        };
+        if let Err(error) = served {
+            eprintln!("grpc-bench: a server stopped: {error}");
+        }
+    });
+    address
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Row {
+    Control,
+    First,
+    Replay,
+}
+
+impl Row {
+    fn name(self) -> &'static str {
+        match self {
+            Row::Control => "control",
+            Row::First => "first",
+            Row::Replay => "replay",
+        }
+    }
+}
+
+async fn channels(address: SocketAddr, count: usize) -> Result<Vec<Channel>, BoxError> {
+    let mut channels = Vec::new();
+    for _ in 0..count.max(1) {
+        channels.push(
+            Channel::from_shared(format!("http://{address}"))?
+                .connect()
+                .await?,
+        );
+    }
+    Ok(channels)
+}
+
+fn request(key: Option<String>) -> Request<ChargeRequest> {
+    let mut request = Request::new(ChargeRequest {
+        request_id: String::new(),
+        amount: 1250,
+        currency: "EUR".into(),
+        outcome: String::new(),
+    });
+    if let Some(key) = key {
+        let value = key.parse().expect("an ASCII key");
+        request.metadata_mut().insert("idempotency-key", value);
+    }
+    request
+}
+
+/// Loads `channels` from `concurrency` tasks for `duration`; calls a
+/// second.
+async fn load(row: Row, channels: &[Channel], args: &Args, rep: usize) -> Result<f64, BoxError> {
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + args.duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..args.concurrency {
+        let mut client = PaymentsClient::new(channels[task % channels.len()].clone());
+        let done = Arc::clone(&done);
+        let failed = Arc::clone(&failed);
+        let replay_keys = args.replay_keys.max(1);
+        tasks.spawn(async move {
+            let mut n = 0usize;
+            while Instant::now() < deadline {
+                let key = match row {
+                    Row::Control => None,
+                    Row::First => Some(format!("first-{rep}-{task}-{n}")),
+                    Row::Replay => Some(format!("replay-{}", (task * 7919 + n) % replay_keys)),
+                };
+                match client.charge(request(key)).await {
+                    Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                n += 1;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let elapsed = started.elapsed().as_secs_f64();
+    let failed = failed.load(Ordering::Relaxed);
+    if failed > 0 {
+        return Err(format!("{failed} calls failed in the {} row", row.name()).into());
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / elapsed)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() % 2 {
+        1 => values[mid],
+        _ => (values[mid - 1] + values[mid]) / 2.0,
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let redis = ConnectionManager::new(redis::Client::open(args.redis.as_str())?).await?;
+    let tag = format!("idem-grpc-bench:{}:", std::process::id());
+    let handler = Handler {
+        redis: redis.clone(),
+        key: format!("{tag}work"),
+    };
+    let store = RedisStore::from_connection(redis.clone()).with_prefix(tag.clone());
+    let idem = Idempotent::new(store).with_namespace(idem_tonic::NAMESPACE);
+    let layer = IdempotencyLayer::from_idempotent(idem).unary(CHARGE);
+    let control = channels(serve(None, handler.clone()).await, args.connections).await?;
+    let idem = channels(serve(Some(layer), handler).await, args.connections).await?;
+
+    // The keys the replay rows replay.
+    for key in 0..args.replay_keys.max(1) {
+        let mut client = PaymentsClient::new(idem[0].clone());
+        client
+            .charge(request(Some(format!("replay-{key}"))))
+            .await?;
+    }
+
+    let rows = [Row::Control, Row::First, Row::Replay];
+    let mut figures: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    for rep in 0..args.reps.max(1) {
+        for turn in 0..rows.len() {
+            let at = (turn + rep) % rows.len();
+            let row = rows[at];
+            let channels = match row {
+                Row::Control => &control,
+                _ => &idem,
+            };
+            let rate = load(row, channels, &args, rep).await?;
+            eprintln!(
+                "grpc-bench: rep {rep} {:<8} {rate:>10.0} calls/s",
+                row.name()
+            );
+            figures[at].push(rate);
+        }
+    }
+
+    println!(
+        "grpc-redis c{} over {} connections, {} reps of {:?}, medians:",
+        args.concurrency, args.connections, args.reps, args.duration
+    );
+    let control = median(&mut figures[0].clone());
+    for (row, values) in rows.iter().zip(&figures) {
+        let rate = median(&mut values.clone());
+        let ratio = rate / control;
+        println!(
+            "  {:<8} {rate:>10.0} calls/s  {ratio:.2}x control",
+            row.name()
+        );
+    }
+
+    // The run's keys: its records and the handler's key.
+    let mut admin = redis.clone();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{tag}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut admin)
+            .await?;
+        if !keys.is_empty() {
+            let _: () = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut admin)
+                .await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(())
+}
