@@ -28,7 +28,22 @@ type ScopeFn = dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync;
 /// `Idempotent-Replayed: true`.
 ///
 /// Every option, status and problem document is the same as
-/// `idem_tower::IdempotencyLayer`'s (see there for the full table). The
+/// `idem_tower::IdempotencyLayer`'s (see there for the full table),
+/// including what the fingerprint covers (`with_fingerprint_policy`,
+/// `with_route_fingerprint_policy`) and where the key comes from
+/// (`with_key_source`: a JSON Pointer into the body, a function over the
+/// request).
+///
+/// ```
+/// use idem_actix::IdempotencyMiddleware;
+/// use idem_core::MemoryStore;
+/// use idem_http::{FingerprintPolicy, KeySource};
+///
+/// let middleware = IdempotencyMiddleware::new(MemoryStore::new())
+///     .with_fingerprint_policy(FingerprintPolicy::new().ignore_query_params(["attempt"]))
+///     .with_key_source(KeySource::json_pointer("/request_id"));
+/// # let _ = middleware;
+/// ``` The
 /// exchange runs in the request's own future; if a client disconnects and
 /// actix drops that future, what is left of the claim, the handler and its
 /// recording goes on in a local task (`actix_web::rt::spawn`) on the same

@@ -45,7 +45,10 @@ impl KeyHeaderError {
 /// Accepts the draft's structured-field string (`"abc"`, with `\"` and `\\`
 /// escapes) and a bare value (`abc`). A bare value may not hold `"`, `,` or
 /// `;`, since those would make it a list or carry parameters; quote the key
-/// to send those characters.
+/// to send those characters. Firefox, with `network.http.idempotencyKey.enabled`,
+/// adds a key of its own to a POST or PATCH that has none: a 64-bit unsigned
+/// integer in decimal, quoted (`"9007199254740993"`), which reads as the key
+/// `9007199254740993`.
 pub fn client_key(
     headers: &HeaderMap,
     name: &HeaderName,

@@ -58,6 +58,90 @@
 //! # }
 //! ```
 //!
+//! # What the fingerprint covers
+//!
+//! [`Options::fingerprint`] is what the adapters check: the method, the
+//! path and query, the content type and the body, JSON in canonical form
+//! (keys sorted, no whitespace), forms and multipart bodies by field (next
+//! section). A [`FingerprintPolicy`], for every request or per route, leaves
+//! out what does not change a request's meaning: JSON Pointers excluded or
+//! only some included, the query or some of its parameters ignored, or a
+//! function of your own. Each policy is a fingerprint scheme of its own, so
+//! a record made under one is never judged by another; a request under a
+//! policy also matches records made before it (with no policy, or under
+//! the policy it [`replaces`](FingerprintPolicy::replacing)), computed only
+//! when such a record turns up. Setting or changing a policy therefore never
+//! turns an honest retry of an earlier request into a 422.
+//!
+//! ```
+//! use idem_core::MemoryStore;
+//! use idem_http::{FingerprintPolicy, Options};
+//!
+//! let options = Options::new(MemoryStore::new())
+//!     // A client timestamp and a retry counter do not make a new order.
+//!     .with_route_fingerprint_policy(
+//!         "/orders",
+//!         FingerprintPolicy::new().exclude(["/client_ts"]).ignore_query_params(["attempt"]),
+//!     )
+//!     // Only the amount and the currency make a capture.
+//!     .with_route_fingerprint_policy(
+//!         "/payments/{id}/capture",
+//!         FingerprintPolicy::new().include(["/amount", "/currency"]),
+//!     );
+//! let request = http::Request::post("/orders?attempt=2")
+//!     .header("content-type", "application/json")
+//!     .body(bytes::Bytes::from_static(br#"{"sku":"a-1","client_ts":1764633600}"#))
+//!     .unwrap();
+//! let retry = http::Request::post("/orders?attempt=3")
+//!     .header("content-type", "application/json")
+//!     .body(bytes::Bytes::from_static(br#"{"client_ts":1764633601,"sku":"a-1"}"#))
+//!     .unwrap();
+//! let fp = |r: &http::Request<bytes::Bytes>| {
+//!     options.fingerprint(r.method(), r.uri(), r.headers(), r.body()).current()
+//! };
+//! assert_eq!(fp(&request), fp(&retry));
+//! ```
+//!
+//! # Form and multipart bodies
+//!
+//! `application/x-www-form-urlencoded` bodies count by field ([`form`]):
+//! escapes and `+` decoded, distinct names in any order, one name's values
+//! in the order sent. `multipart/form-data` bodies count by part
+//! ([`multipart`]): the boundary (which clients draw at random for every
+//! encoding), preamble and epilogue left out, each part by name with its
+//! disposition parameters (the file name), content type and bytes. Both are
+//! scheme [`BODY_SCHEME`]; records of such bodies made by earlier builds
+//! (bytes as they were) keep matching. A multipart body that does not parse
+//! is a typed [`multipart::MultipartError`] and is fingerprinted as its
+//! bytes rather than refused: the handler, not the layer, decides what a
+//! malformed body gets, and comparing bytes can never replay a different
+//! request.
+//!
+//! # Where the key comes from
+//!
+//! The `Idempotency-Key` header by default (see [`client_key`] for the
+//! forms it accepts, including the quoted decimal keys Firefox adds to
+//! POSTs on its own). [`Options::with_key_source`] reads it instead from a
+//! JSON Pointer into the body (Google's AIP-155 `request_id`) or from a
+//! function over the whole request ([`KeySource`]). Such a key is known only
+//! once the body is read: [`Options::admit`] answers
+//! [`Admission::KeyInBody`], and the adapter asks [`Options::admit_body`].
+//!
+//! ```
+//! use idem_core::MemoryStore;
+//! use idem_http::{Admission, KeySource, Options};
+//!
+//! let options = Options::new(MemoryStore::new())
+//!     .with_key_source(KeySource::json_pointer("/request_id"));
+//! let request = http::Request::post("/payments")
+//!     .header("content-type", "application/json")
+//!     .body(br#"{"request_id":"7f3a","amount":1250}"#.to_vec())
+//!     .unwrap();
+//! assert_eq!(options.admit(request.method(), request.headers()), Admission::KeyInBody);
+//! let admitted = options.admit_body(request.method(), request.uri(), request.headers(), request.body());
+//! assert_eq!(admitted, Admission::Protect("7f3a".into()));
+//! ```
+//!
 //! # Stored format
 //!
 //! The payload of a record is described in [`stored`]; it is the format

@@ -129,12 +129,12 @@ pub(crate) fn without_boundary(content_type: &str) -> String {
         let is_boundary = i > 0
             && piece
                 .split_once('=')
-                .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("boundary"));
+                .is_some_and(|(name, _)| name.trim_ascii().eq_ignore_ascii_case("boundary"));
         if !is_boundary {
             if i > 0 {
                 out.push(';');
             }
-            out.push_str(piece.trim());
+            out.push_str(piece.trim_ascii());
         }
     }
     out
@@ -147,9 +147,9 @@ fn boundary(content_type: &str) -> Option<String> {
         .skip(1)
         .find_map(|piece| {
             let (name, value) = piece.split_once('=')?;
-            name.trim()
+            name.trim_ascii()
                 .eq_ignore_ascii_case("boundary")
-                .then(|| value.trim())
+                .then(|| value.trim_ascii())
         })?;
     let value = match value.strip_prefix('"') {
         Some(quoted) => quoted
@@ -179,6 +179,17 @@ fn split_params(value: &str) -> Vec<&str> {
     }
     pieces.push(&value[start..]);
     pieces
+}
+
+/// The lines of a header section, split at each CRLF.
+fn split_lines(mut headers: &[u8]) -> Vec<&[u8]> {
+    let mut lines = Vec::new();
+    while let Some(end) = find(headers, b"\r\n") {
+        lines.push(&headers[..end]);
+        headers = &headers[end + 2..];
+    }
+    lines.push(headers);
+    lines
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -234,9 +245,13 @@ fn part(bytes: &[u8]) -> Result<Part<'_>, MultipartError> {
     };
     let (mut disposition, mut content_type, mut transfer_encoding) = (None, None, None);
     if !headers.is_empty() {
-        for line in headers.split(|&byte| byte == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.contains(&b'\r') || line.first().is_none_or(|b| *b == b' ' || *b == b'\t') {
+        for line in split_lines(headers) {
+            // Lines end in CRLF only: a bare CR or LF, or a folded line,
+            // would be read one way here and another by some handler.
+            if line.contains(&b'\r')
+                || line.contains(&b'\n')
+                || line.first().is_none_or(|b| *b == b' ' || *b == b'\t')
+            {
                 return Err(MultipartError::BadHeader);
             }
             let colon = line
@@ -278,14 +293,18 @@ type Params = Vec<(Vec<u8>, Vec<u8>)>;
 fn form_data(value: &[u8]) -> Option<(Vec<u8>, Params)> {
     let text = std::str::from_utf8(value).ok()?;
     let mut pieces = split_params(text).into_iter();
-    if !pieces.next()?.trim().eq_ignore_ascii_case("form-data") {
+    if !pieces
+        .next()?
+        .trim_ascii()
+        .eq_ignore_ascii_case("form-data")
+    {
         return None;
     }
     let (mut name, mut params) = (None, Vec::new());
     for piece in pieces {
         let (key, raw) = piece.split_once('=')?;
-        let key = key.trim().to_ascii_lowercase();
-        let raw = raw.trim();
+        let key = key.trim_ascii().to_ascii_lowercase();
+        let raw = raw.trim_ascii();
         let value = match raw.strip_prefix('"') {
             Some(quoted) => quoted.strip_suffix('"')?,
             None => raw,

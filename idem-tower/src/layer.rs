@@ -60,13 +60,38 @@ type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 ///
 /// # What is recorded
 ///
-/// The fingerprint is [`idem_http::fingerprint`]: the method, the path and
-/// query, the `Content-Type` value and the body; a JSON body
+/// The fingerprint is [`idem_http::Options::fingerprint`]: the method, the
+/// path and query, the `Content-Type` value and the body; a JSON body
 /// (`application/json` or `+json`) counts in its canonical form, so a retry
 /// that re-serialises it with another field order or whitespace is the same
-/// request. Records written before that change (raw body bytes) keep
-/// replaying. Apply the layer to the outermost router: a nested router sees
-/// a shortened path.
+/// request, and so do form and `multipart/form-data` bodies (fields in any
+/// order, a new multipart boundary). Records written before those changes
+/// (raw body bytes) keep replaying. Apply the layer to the outermost
+/// router: a nested router sees a shortened path.
+///
+/// What the fingerprint covers can be narrowed for every request
+/// ([`with_fingerprint_policy`](Self::with_fingerprint_policy)) or per path
+/// ([`with_route_fingerprint_policy`](Self::with_route_fingerprint_policy)):
+/// JSON Pointers left out or picked, the query or some of its parameters
+/// ignored, a function of your own ([`idem_http::FingerprintPolicy`]).
+///
+/// ```
+/// use idem_core::MemoryStore;
+/// use idem_http::{FingerprintPolicy, KeySource};
+/// use idem_tower::IdempotencyLayer;
+///
+/// let layer = IdempotencyLayer::new(MemoryStore::new())
+///     .with_route_fingerprint_policy("/orders", FingerprintPolicy::new().exclude(["/client_ts"]))
+///     // AIP-155: the key is the body's `request_id`.
+///     .with_key_source(KeySource::json_pointer("/request_id"));
+/// # let _ = layer;
+/// ```
+///
+/// The key can come from the body or from a function over the request
+/// instead of the header ([`with_key_source`](Self::with_key_source),
+/// [`idem_http::KeySource`]); the body is then read (within the request
+/// limit) before the key is known, and a request without one is passed
+/// through or refused as for a missing header.
 ///
 /// Responses with status 200–499 are recorded before they are sent; 5xx
 /// responses, handler errors and 1xx responses release the key so a retry

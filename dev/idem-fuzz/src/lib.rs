@@ -16,11 +16,13 @@
 //! HTTP formats and the key header through `idem-http`'s public API.
 #![forbid(unsafe_code)]
 
+mod bodies;
 mod fingerprint;
 mod http;
 mod input;
 mod stores;
 
+pub use bodies::{form_body, multipart_body};
 pub use fingerprint::{fingerprint_json, fingerprint_written};
 pub use http::{idempotency_key, stored_response};
 pub use stores::{mysql_row, postgres_row, redis_record, sqlite_row};
@@ -78,5 +80,15 @@ pub const TARGETS: &[Target] = &[
         name: "fingerprint_written",
         run: fingerprint_written,
         seeds: fingerprint::fingerprint_written_seeds,
+    },
+    Target {
+        name: "form_body",
+        run: form_body,
+        seeds: bodies::form_body_seeds,
+    },
+    Target {
+        name: "multipart_body",
+        run: multipart_body,
+        seeds: bodies::multipart_body_seeds,
     },
 ];

@@ -4,4 +4,5 @@
 mod cases;
 mod cross;
 mod faults;
+mod knobs;
 mod waiting;
