@@ -47,6 +47,9 @@ pub(crate) enum Kind {
     /// cost next to `idem` (one store round trip per recorded step). Its
     /// ratio, in brackets, is against `idem`.
     IdemSteps,
+    /// idem's `execute` (or, over HTTP, the layer) over the same store
+    /// behind a `NearCache`: replays answered from the process's memory.
+    IdemNear,
 }
 
 impl Kind {
@@ -61,6 +64,7 @@ impl Kind {
             Kind::RawTx => "raw-tx",
             Kind::IdemTx => "idem-tx",
             Kind::IdemSteps => "idem-3steps",
+            Kind::IdemNear => "idem-near",
         }
     }
 }

@@ -26,6 +26,7 @@ fn color(kind: Kind) -> RGBColor {
         Kind::RawTx => RGBColor(120, 120, 160),
         Kind::IdemTx => RGBColor(40, 160, 200),
         Kind::IdemSteps => RGBColor(120, 60, 180),
+        Kind::IdemNear => RGBColor(200, 60, 60),
     }
 }
 

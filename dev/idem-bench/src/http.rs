@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
 use http::{header, StatusCode};
-use idem_core::store::Store;
+use idem_core::store::{NearCache, Store};
 use idem_core::{Idempotent, MemoryStore};
 use idem_redis::RedisStore;
 use idem_tower::IdempotencyLayer;
@@ -129,6 +129,8 @@ struct HttpBench {
     name: &'static str,
     idem_url: http::Uri,
     control_url: http::Uri,
+    /// The layer over the same store behind a near cache (Redis only).
+    near_url: Option<http::Uri>,
     servers: Vec<JoinHandle<()>>,
     /// For Redis: a connection for counters and cleanup, and the prefix.
     redis: Option<(MultiplexedConnection, String)>,
@@ -171,13 +173,20 @@ impl HttpBench {
         let control = Router::new()
             .route("/pay", post(redis_control))
             .with_state((shared, format!("{prefix}control")));
-        HttpBench::start(
+        let near = Idempotent::new(NearCache::new(store.clone()));
+        let mut bench = HttpBench::start(
             "http-redis",
             Idempotent::new(store),
             control,
             Some((admin, prefix)),
         )
-        .await
+        .await?;
+        let layer = IdempotencyLayer::from_idempotent(near.with_retention(RETENTION));
+        let (near_addr, near_server) =
+            serve(Router::new().route("/pay", post(pay)).layer(layer)).await?;
+        bench.near_url = Some(format!("http://{near_addr}/pay").parse()?);
+        bench.servers.push(near_server);
+        Ok(bench)
     }
 
     async fn start(
@@ -194,6 +203,7 @@ impl HttpBench {
             name,
             idem_url: format!("http://{idem_addr}/pay").parse()?,
             control_url: format!("http://{control_addr}/pay").parse()?,
+            near_url: None,
             servers: vec![idem_server, control_server],
             redis,
         })
@@ -251,7 +261,10 @@ impl Bench for HttpBench {
             load::client(CONNECTIONS),
             self.idem_url.clone(),
         ));
-        vec![
+        let near = self.near_url.as_ref().map(|url| -> Arc<dyn Protocol> {
+            Arc::new(HttpRow::new(load::client(CONNECTIONS), url.clone()))
+        });
+        let mut rows = vec![
             Contestant {
                 kind: Kind::Control,
                 make: Box::new(move || control.clone()),
@@ -264,7 +277,16 @@ impl Bench for HttpBench {
                 fresh: false,
                 round_trips: redis_rows::store_requests,
             },
-        ]
+        ];
+        if let Some(near) = near {
+            rows.push(Contestant {
+                kind: Kind::IdemNear,
+                make: Box::new(move || near.clone()),
+                fresh: false,
+                round_trips: redis_rows::store_requests,
+            });
+        }
+        rows
     }
 
     async fn tidy(&self) -> Result<(), BoxError> {

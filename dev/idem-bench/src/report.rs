@@ -110,7 +110,7 @@ impl Report {
         let _ = writeln!(out, "{}", "-".repeat(97));
         for row in &self.rows {
             let ratio = match row.kind {
-                Kind::Idem => self.ratio(row).map(|r| format!("{r:.2}")),
+                Kind::Idem | Kind::IdemNear => self.ratio(row).map(|r| format!("{r:.2}")),
                 Kind::IdemTx => self
                     .peer(row, Kind::RawTx)
                     .and_then(|raw| paired_ratio(&row.reps, &raw.reps))
@@ -196,6 +196,21 @@ impl Report {
             if let Some(r) = timed.and_then(|t| paired_ratio(&row.reps, &t.reps)) {
                 lines.push(format!(
                     "ratio-ttl {} {} c{} {r:.3}",
+                    row.store,
+                    row.workload.name(),
+                    row.concurrency
+                ));
+            }
+        }
+        // The near cache against the baseline and against `idem` uncached.
+        for row in self.rows.iter().filter(|r| r.kind == Kind::IdemNear) {
+            let idem = self.peer(row, Kind::Idem);
+            if let (Some(base), Some(uncached)) = (
+                self.ratio(row),
+                idem.and_then(|i| paired_ratio(&row.reps, &i.reps)),
+            ) {
+                lines.push(format!(
+                    "ratio-near {} {} c{} {base:.3} vs-idem {uncached:.3}",
                     row.store,
                     row.workload.name(),
                     row.concurrency

@@ -4,6 +4,7 @@
 //! and each framework's control, whose handler makes the one plain store
 //! call of the HTTP mode's control (`MemoryStore::load`, or a Redis `GET`).
 //! Every handler answers 201 with the HTTP mode's 100-byte JSON body.
+//! `redis-near` is `redis` with the layers' store behind a `NearCache`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use axum::routing::post;
 use axum::Router;
 use http::{header, StatusCode};
 use idem_actix::IdempotencyMiddleware;
-use idem_core::store::Store;
+use idem_core::store::{NearCache, Store};
 use idem_core::{Idempotent, MemoryStore};
 use idem_redis::RedisStore;
 use idem_tower::IdempotencyLayer;
@@ -27,7 +28,8 @@ use crate::fixture::{self, BoxError, RETENTION};
 #[derive(Clone)]
 enum Backend {
     Memory(Arc<MemoryStore>),
-    Redis(ConnectionManager),
+    /// Redis; `true` puts the layers' store behind a `NearCache`.
+    Redis(ConnectionManager, bool),
 }
 
 impl Backend {
@@ -35,7 +37,7 @@ impl Backend {
     async fn control(&self, key: &str) -> bool {
         match self {
             Backend::Memory(store) => store.load(key).await.is_ok(),
-            Backend::Redis(connection) => {
+            Backend::Redis(connection, _) => {
                 let got: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("GET")
                     .arg(key)
                     .query_async(&mut connection.clone())
@@ -50,9 +52,15 @@ impl Backend {
     fn idempotent(&self, prefix: &str) -> Idempotent {
         let idem = match self {
             Backend::Memory(_) => Idempotent::new(MemoryStore::new()),
-            Backend::Redis(connection) => Idempotent::new(
-                RedisStore::from_connection(connection.clone()).with_prefix(prefix.to_owned()),
-            ),
+            Backend::Redis(connection, near) => {
+                let store =
+                    RedisStore::from_connection(connection.clone()).with_prefix(prefix.to_owned());
+                if *near {
+                    Idempotent::new(NearCache::new(store))
+                } else {
+                    Idempotent::new(store)
+                }
+            }
         };
         idem.with_retention(RETENTION)
     }
@@ -69,11 +77,18 @@ pub(crate) async fn start(
 ) -> Result<Vec<(&'static str, SocketAddr)>, BoxError> {
     let backend = match backend {
         "memory" => Backend::Memory(Arc::new(MemoryStore::new())),
-        "redis" => {
+        "redis" | "redis-near" => {
             let client = redis::Client::open(redis_url)?;
-            Backend::Redis(ConnectionManager::new(client).await?)
+            Backend::Redis(
+                ConnectionManager::new(client).await?,
+                backend == "redis-near",
+            )
         }
-        other => return Err(format!("unknown HTTP backend {other:?}: use memory or redis").into()),
+        other => {
+            return Err(
+                format!("unknown HTTP backend {other:?}: use memory, redis or redis-near").into(),
+            )
+        }
     };
     let prefix = format!("idem-bench:{tag}:serve:");
     let at = |offset: u16| {

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -55,6 +56,11 @@ struct ServeArgs {
     /// (SQLite, PostgreSQL and MariaDB, where charges live in the store's database).
     #[arg(long, default_value_t = 60_000)]
     lease_ms: u64,
+    /// Answer replays from this process's memory (`idem_core::store::NearCache`):
+    /// settled records only, for at most 60 s. For the layer over Redis or
+    /// memory; SQL stores write charges in the claim's own transaction.
+    #[arg(long)]
+    near_cache: bool,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +132,17 @@ async fn serve(args: ServeArgs) -> ExitCode {
     };
     let latency = Duration::from_millis(args.latency_ms);
     let started = match chaos_cli::open_book(&args.store).await {
+        Ok(Some(_)) if args.near_cache => {
+            tracing::error!(store = %args.store,
+                "--near-cache is for redis:// and memory: with a SQL store the charges are \
+                 written in the store's own transaction, which no cache stands in front of");
+            return ExitCode::FAILURE;
+        }
+        Ok(None) if args.near_cache => {
+            let cached: Arc<dyn idem_core::store::Store> =
+                Arc::new(idem_core::store::NearCache::new(store));
+            RunningServer::start(args.addr, cached, latency).await
+        }
         Ok(Some(book)) => {
             let lease = Duration::from_millis(args.lease_ms);
             RunningServer::start_in_db(args.addr, book, lease, latency).await

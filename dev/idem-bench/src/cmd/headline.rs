@@ -124,6 +124,7 @@ impl Args {
                 Kind::RawTx,
                 Kind::IdemTx,
                 Kind::IdemSteps,
+                Kind::IdemNear,
             ]
             .iter()
             .any(|k| k.name() == r.trim())

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::store::{Record, Store};
+use idem_core::store::{NearCache, Record, Store};
 use idem_core::Idempotent;
 use idem_redis::raw::{RawClaim, RawProtocol};
 use idem_redis::RedisStore;
@@ -188,6 +188,9 @@ impl Bench for RedisBench {
         let store: Arc<dyn Store> = Arc::new(self.store.clone());
         let steps: Arc<dyn Protocol> =
             Arc::new(StepsRow::new(Idempotent::from_arc(Arc::clone(&store))));
+        let near: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::new(NearCache::new(
+            Arc::clone(&store),
+        ))));
         let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store)));
         vec![
             Contestant {
@@ -222,6 +225,12 @@ impl Bench for RedisBench {
             Contestant {
                 kind: Kind::IdemSteps,
                 make: Box::new(move || steps.clone()),
+                fresh: false,
+                round_trips: store_requests,
+            },
+            Contestant {
+                kind: Kind::IdemNear,
+                make: Box::new(move || near.clone()),
                 fresh: false,
                 round_trips: store_requests,
             },
