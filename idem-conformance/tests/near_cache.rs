@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flawed::{CacheFlaw, FlawedCache};
-use idem_core::store::{Insert, NearCache, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{
+    Insert, NearCache, NewRecord, Record, Reset, State, Store, StoreError, Token,
+};
 use idem_core::{Error, Fingerprint, Idempotent, MemoryStore};
 
 /// Builds a cache over a store, capped at an age.
@@ -70,6 +72,9 @@ impl Store for Counted {
     }
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.store.load(key).await
+    }
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        self.store.reset(key).await
     }
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.store.purge_expired(limit).await

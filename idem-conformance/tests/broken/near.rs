@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_core::store::{Insert, NewRecord, Record, State, Store, StoreError, Token};
+use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
 use tokio::time::Instant;
 
 /// The bug a [`FlawedCache`] carries.
@@ -119,6 +119,11 @@ impl Store for FlawedCache {
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
         self.inner.remove(key, expected).await
+    }
+
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        self.kept().remove(key);
+        self.inner.reset(key).await
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use metrics::{Key as MetricKey, Label, Level, Metadata, SharedString};
 use tokio::time::Instant;
 
-use super::{Insert, NewRecord, Record, State, Store, StoreError, Token, Wakeups};
+use super::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token, Wakeups};
 
 /// How many records a [`NearCache`] keeps by default.
 pub const DEFAULT_NEAR_ENTRIES: usize = 10_000;
@@ -447,6 +447,17 @@ impl<S: Store> Store for NearCache<S> {
             self.shared.keep(key, read, asked);
         }
         Ok(record)
+    }
+
+    // A reset deletes a settled record, the one kind this cache keeps: the
+    // entry goes before and after the store's answer. Only a read already in
+    // flight across the reset can keep the old record here again, and then
+    // no longer than the cap, as in other processes' caches.
+    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
+        self.forget(key);
+        let answer = self.inner.reset(key).await;
+        self.forget(key);
+        answer
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
