@@ -14,6 +14,7 @@ use rmcp::service::{RequestContext, RunningService};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceError};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::Notify;
 
 /// The effects the server's tools had: one entry per email sent or money
 /// wired, counted by message.
@@ -42,6 +43,10 @@ impl Effects {
 pub(crate) struct Mailer {
     pub(crate) tools: IdemTools,
     pub(crate) effects: Arc<Effects>,
+    /// Notified when a call with `"hold": true` started its effect.
+    pub(crate) started: Arc<Notify>,
+    /// What such a call waits for before it returns.
+    pub(crate) gate: Arc<Notify>,
 }
 
 impl Mailer {
@@ -51,6 +56,8 @@ impl Mailer {
                 .effect("send_email")
                 .gated("wire_money"),
             effects: Arc::default(),
+            started: Arc::default(),
+            gate: Arc::default(),
         }
     }
 
@@ -63,6 +70,10 @@ impl Mailer {
             *n += 1;
             *n
         };
+        if arguments.get("hold") == Some(&Value::Bool(true)) {
+            self.started.notify_one();
+            self.gate.notified().await;
+        }
         // Yield, so concurrent calls interleave with the effect.
         tokio::task::yield_now().await;
         let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
