@@ -136,6 +136,10 @@ pub(crate) fn replayed(result: &CallToolResult) -> Option<bool> {
     result.meta.as_ref()?.get(meta::REPLAYED)?.as_bool()
 }
 
+pub(crate) fn ran(error: &ErrorData) -> Option<bool> {
+    error.data.as_ref()?.get(meta::RAN)?.as_bool()
+}
+
 pub(crate) fn error_kind(error: &ErrorData) -> Option<&str> {
     error.data.as_ref()?.get(meta::ERROR)?.as_str()
 }
@@ -243,6 +247,9 @@ pub(crate) async fn send_until_answered(
     loop {
         match send(client, params.clone()).await {
             Err(error) if error.code.0 == LOST => lost += 1,
+            // A store that failed before the tool ran (a connection
+            // timeout under load) says a retry is safe: a client retries.
+            Err(error) if error.code == idem_mcp::STORE_FAILED && ran(&error) == Some(false) => {}
             answer => return (answer, lost),
         }
     }
