@@ -122,4 +122,6 @@ mod tools;
 
 pub use approval::{ApprovalError, Decision, PendingCall};
 pub use refuse::{IN_PROGRESS, STORE_FAILED};
+/// The rmcp this crate is built on, so a server can name the same version.
+pub use rmcp;
 pub use tools::{default_key, Call, IdemTools, MissingIntent};

@@ -341,8 +341,9 @@ pub(crate) fn refusal<E>(tool: &str, error: Error<E>, ran: bool) -> ErrorData {
         Error::Mismatch => refuse::mismatch(tool),
         Error::InProgress { retry_after } => refuse::in_progress(tool, retry_after),
         Error::Store { source, when } => {
+            let detail = source.to_string();
             let error: Error<Infallible> = Error::Store { source, when };
-            refuse::store(&error.to_string(), ran || error.work_ran())
+            refuse::store(&format!("{error} ({detail})"), ran || error.work_ran())
         }
         Error::LeaseLost => refuse::not_recorded(
             tool,

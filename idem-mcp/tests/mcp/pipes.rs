@@ -286,3 +286,88 @@ async fn a_denied_call_never_runs() {
     }
     assert_eq!(effects.total(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_answers_in_progress_with_a_retry_hint() {
+    let server = Mailer::new(Idempotent::new(MemoryStore::new()));
+    let (effects, started, gate) = (
+        Arc::clone(&server.effects),
+        Arc::clone(&server.started),
+        Arc::clone(&server.gate),
+    );
+    let (client, _wire) = connect(server).await;
+    let client = Arc::new(client);
+    let held = || {
+        call(
+            "send_email",
+            json!({"to": "bob@example.com", "hold": true}),
+            Some("slow-1"),
+        )
+    };
+    let first = tokio::spawn({
+        let client = Arc::clone(&client);
+        async move { send_until_answered(&client, held()).await }
+    });
+    started.notified().await;
+
+    let busy = send(&client, held())
+        .await
+        .expect_err("the first call holds the intent");
+    assert_eq!(busy.code, idem_mcp::IN_PROGRESS);
+    assert_eq!(error_kind(&busy), Some("in_progress"));
+    let retry_after = busy.data.as_ref().unwrap()["io.idem/retryAfterMs"]
+        .as_u64()
+        .unwrap();
+    assert!(retry_after > 0 && retry_after <= 60_000, "{retry_after}");
+    assert!(busy.message.contains("call again"), "{}", busy.message);
+
+    gate.notify_one();
+    let (answer, lost) = first.await.unwrap();
+    assert_eq!((replayed(&answer.unwrap()), lost), (Some(true), 1));
+    assert_eq!(effects.total(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_is_waited_for_when_the_handle_waits() {
+    let idem = Idempotent::new(MemoryStore::new()).with_wait(std::time::Duration::from_secs(30));
+    let server = Mailer::new(idem);
+    let (effects, started, gate) = (
+        Arc::clone(&server.effects),
+        Arc::clone(&server.started),
+        Arc::clone(&server.gate),
+    );
+    let (client, _wire) = connect(server).await;
+    let client = Arc::new(client);
+    let held = || {
+        call(
+            "send_email",
+            json!({"to": "bob@example.com", "hold": true}),
+            Some("slow-2"),
+        )
+    };
+    let first = tokio::spawn({
+        let client = Arc::clone(&client);
+        async move { send_until_answered(&client, held()).await }
+    });
+    started.notified().await;
+    let second = tokio::spawn({
+        let client = Arc::clone(&client);
+        async move { send(&client, held()).await }
+    });
+    // The server reads requests in order: once a later call is answered,
+    // the second one has reached it while the first still holds the key.
+    // (Without waiting it would be refused as in progress.)
+    send(&client, call("whoami", json!({}), None))
+        .await
+        .unwrap();
+    gate.notify_one();
+    let waited = second
+        .await
+        .unwrap()
+        .expect("the second call waits for the first's result");
+    assert_eq!(replayed(&waited), Some(true));
+    let (answer, _) = first.await.unwrap();
+    answer.unwrap();
+    assert_eq!(effects.duplicates(), 0);
+    assert_eq!(effects.total(), 2, "one email, one whoami");
+}

@@ -14,6 +14,7 @@ use rmcp::service::{RequestContext, RunningService};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceError};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::Notify;
 
 /// The effects the server's tools had: one entry per email sent or money
 /// wired, counted by message.
@@ -42,6 +43,10 @@ impl Effects {
 pub(crate) struct Mailer {
     pub(crate) tools: IdemTools,
     pub(crate) effects: Arc<Effects>,
+    /// Notified when a call with `"hold": true` started its effect.
+    pub(crate) started: Arc<Notify>,
+    /// What such a call waits for before it returns.
+    pub(crate) gate: Arc<Notify>,
 }
 
 impl Mailer {
@@ -51,6 +56,8 @@ impl Mailer {
                 .effect("send_email")
                 .gated("wire_money"),
             effects: Arc::default(),
+            started: Arc::default(),
+            gate: Arc::default(),
         }
     }
 
@@ -63,6 +70,10 @@ impl Mailer {
             *n += 1;
             *n
         };
+        if arguments.get("hold") == Some(&Value::Bool(true)) {
+            self.started.notify_one();
+            self.gate.notified().await;
+        }
         // Yield, so concurrent calls interleave with the effect.
         tokio::task::yield_now().await;
         let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
@@ -123,6 +134,10 @@ pub(crate) async fn send(
 
 pub(crate) fn replayed(result: &CallToolResult) -> Option<bool> {
     result.meta.as_ref()?.get(meta::REPLAYED)?.as_bool()
+}
+
+pub(crate) fn ran(error: &ErrorData) -> Option<bool> {
+    error.data.as_ref()?.get(meta::RAN)?.as_bool()
 }
 
 pub(crate) fn error_kind(error: &ErrorData) -> Option<&str> {
@@ -232,6 +247,9 @@ pub(crate) async fn send_until_answered(
     loop {
         match send(client, params.clone()).await {
             Err(error) if error.code.0 == LOST => lost += 1,
+            // A store that failed before the tool ran (a connection
+            // timeout under load) says a retry is safe: a client retries.
+            Err(error) if error.code == idem_mcp::STORE_FAILED && ran(&error) == Some(false) => {}
             answer => return (answer, lost),
         }
     }
