@@ -30,8 +30,9 @@
 //! }
 //! ```
 //!
-//! * [`verify`]: Standard Webhooks, Stripe, GitHub and shared-secret
-//!   headers, over the raw body bytes, in constant time.
+//! * [`verify`]: Standard Webhooks (`v1` HMAC and `v1a` Ed25519), Stripe,
+//!   GitHub and shared-secret headers, over the raw body bytes, in
+//!   constant time.
 //! * [`Receiver`]: the endpoint, for axum ([`Receiver::router`], feature
 //!   `axum`) and actix-web (`Receiver::actix_resource`, feature `actix`),
 //!   one behaviour under both; its problems come from idem-http's

@@ -505,3 +505,188 @@ fn verifiers_work_behind_one_trait_object() {
         ));
     }
 }
+
+// Standard Webhooks `v1a` (Ed25519). The key pairs are RFC 8032's test
+// vectors 1 and 2 (their public keys are the RFC's), and the signatures of
+// the reference message above were made by another implementation
+// (OpenSSL, through Python's `cryptography`), so these tests check the
+// encoding of keys, signed content and signatures, not only a round trip.
+const V1A_SECRET_1: &str = "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=";
+const V1A_PUBLIC_1: &str = "whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
+const V1A_SIGNATURE_1: &str =
+    "v1a,jfp5j4J3Buv9EPOcc9Bqo8rJqAO1H6lrRl0WZQdzVZI6IttNPT8HSLyPvUvY54dJJt2BQGA01di1ePvigCwlCw==";
+const V1A_SECRET_2: &str = "whsk_TM0Imyj/ltqdtsNG7BFOD1uKMZ81q6Yk2oz27U+4pvs=";
+const V1A_PUBLIC_2: &str = "whpk_PUAXw+hDiVqStwqnTRt+vJyYLM8uxJaMwM1V8Sr0Zgw=";
+const V1A_SIGNATURE_2: &str =
+    "v1a,WHjsBnxYGAzT4ouNcEHVkIFB4V5sqMvGNEfbIzAeidMH5kRnfaveEv167/OQ9xXNboC36vYKangXhyprOiJMAg==";
+
+fn asymmetric(keys: &[&str]) -> StandardWebhooks {
+    StandardWebhooks::from_public_keys(keys)
+        .unwrap()
+        .with_clock(Clock::fixed(SW_TS))
+}
+
+#[test]
+fn standard_webhooks_v1a_accepts_another_implementations_signature() {
+    let verified = asymmetric(&[V1A_PUBLIC_1])
+        .verify(&sw_headers(SW_ID, SW_TS, V1A_SIGNATURE_1), SW_BODY)
+        .unwrap();
+    assert_eq!(verified.event_id.as_deref(), Some(SW_ID));
+    assert_eq!(verified.timestamp, Some(SW_TS));
+    // The bare base64 of the key is the same key.
+    asymmetric(&[V1A_PUBLIC_1.trim_start_matches("whpk_")])
+        .verify(&sw_headers(SW_ID, SW_TS, V1A_SIGNATURE_1), SW_BODY)
+        .unwrap();
+}
+
+#[test]
+fn standard_webhooks_v1a_signs_as_another_implementation_does() {
+    for (secret, public, signature) in [
+        (V1A_SECRET_1, V1A_PUBLIC_1, V1A_SIGNATURE_1),
+        (V1A_SECRET_2, V1A_PUBLIC_2, V1A_SIGNATURE_2),
+    ] {
+        assert_eq!(
+            StandardWebhooks::sign_v1a(secret, SW_ID, SW_TS, SW_BODY).unwrap(),
+            signature
+        );
+        assert_eq!(StandardWebhooks::public_key_of(secret).unwrap(), public);
+    }
+    // libsodium's 64-byte form: the seed, then its public key.
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut pair = b64.decode(&V1A_SECRET_1[5..]).unwrap();
+    pair.extend(b64.decode(&V1A_PUBLIC_1[5..]).unwrap());
+    let pair = format!("whsk_{}", b64.encode(&pair));
+    assert_eq!(
+        StandardWebhooks::sign_v1a(&pair, SW_ID, SW_TS, SW_BODY).unwrap(),
+        V1A_SIGNATURE_1
+    );
+}
+
+#[test]
+fn standard_webhooks_v1a_accepts_every_key_during_rotation() {
+    let both = asymmetric(&[V1A_PUBLIC_2, V1A_PUBLIC_1]);
+    for signature in [V1A_SIGNATURE_1, V1A_SIGNATURE_2] {
+        both.verify(&sw_headers(SW_ID, SW_TS, signature), SW_BODY)
+            .unwrap();
+    }
+    // A provider signing with the old and the new key: the receiver that
+    // trusts only the new one still passes it.
+    let header = format!("{V1A_SIGNATURE_1} {V1A_SIGNATURE_2}");
+    asymmetric(&[V1A_PUBLIC_2])
+        .verify(&sw_headers(SW_ID, SW_TS, &header), SW_BODY)
+        .unwrap();
+    assert_eq!(
+        asymmetric(&[V1A_PUBLIC_2]).verify(&sw_headers(SW_ID, SW_TS, V1A_SIGNATURE_1), SW_BODY),
+        Err(VerifyError::SignatureMismatch)
+    );
+}
+
+#[test]
+fn standard_webhooks_v1a_rejects_a_tampered_body_id_or_timestamp() {
+    let v = asymmetric(&[V1A_PUBLIC_1]);
+    let tampered = br#"{"email":"test@example.com","username":"test_usex"}"#;
+    for (id, ts, body) in [
+        (SW_ID, SW_TS, &tampered[..]),
+        ("msg_other", SW_TS, SW_BODY),
+        (SW_ID, SW_TS + 1, SW_BODY),
+    ] {
+        assert_eq!(
+            v.verify(&sw_headers(id, ts, V1A_SIGNATURE_1), body),
+            Err(VerifyError::SignatureMismatch),
+            "{id} {ts}"
+        );
+    }
+    // Signed, but long ago.
+    let late = StandardWebhooks::from_public_keys([V1A_PUBLIC_1])
+        .unwrap()
+        .with_clock(Clock::fixed(SW_TS + 3600));
+    assert!(matches!(
+        late.verify(&sw_headers(SW_ID, SW_TS, V1A_SIGNATURE_1), SW_BODY),
+        Err(VerifyError::TimestampTooOld { .. })
+    ));
+}
+
+#[test]
+fn standard_webhooks_v1a_refuses_what_can_match_nothing() {
+    let v = asymmetric(&[V1A_PUBLIC_1]);
+    // Not base64, too short, and a valid v1 that this verifier does not
+    // trust.
+    for header in ["v1a,!!!", "v1a,c29tZQ==", SW_SIGNATURE] {
+        let result = v.verify(&sw_headers(SW_ID, SW_TS, header), SW_BODY);
+        assert!(
+            matches!(
+                result,
+                Err(VerifyError::SignatureMismatch | VerifyError::MalformedHeader { .. })
+            ),
+            "{header}: {result:?}"
+        );
+    }
+    assert!(matches!(
+        v.verify(&sw_headers(SW_ID, SW_TS, SW_SIGNATURE), SW_BODY),
+        Err(VerifyError::MalformedHeader {
+            reason: "no v1a signature",
+            ..
+        })
+    ));
+    // A header stuffed with signatures is refused before any is checked.
+    let stuffed = [V1A_SIGNATURE_2; idem_inbox::verify::MAX_V1A_SIGNATURES + 1].join(" ");
+    assert!(matches!(
+        v.verify(&sw_headers(SW_ID, SW_TS, &stuffed), SW_BODY),
+        Err(VerifyError::MalformedHeader { .. })
+    ));
+}
+
+#[test]
+fn standard_webhooks_accepts_v1_or_v1a_when_it_trusts_both() {
+    let both = standard().with_public_keys([V1A_PUBLIC_1]).unwrap();
+    let wrong_v1 = "v1,tFtCZ5RDCPxzWQRWXWPgrCgE2frDBe9gjpbWQxnVfsQ=";
+    for header in [
+        SW_SIGNATURE.to_owned(),
+        V1A_SIGNATURE_1.to_owned(),
+        format!("{wrong_v1} {V1A_SIGNATURE_1}"),
+        format!("{V1A_SIGNATURE_2} {SW_SIGNATURE}"),
+    ] {
+        both.verify(&sw_headers(SW_ID, SW_TS, &header), SW_BODY)
+            .unwrap_or_else(|e| panic!("{header}: {e}"));
+    }
+    assert_eq!(
+        both.verify(
+            &sw_headers(SW_ID, SW_TS, &format!("{wrong_v1} {V1A_SIGNATURE_2}")),
+            SW_BODY
+        ),
+        Err(VerifyError::SignatureMismatch)
+    );
+}
+
+#[test]
+fn standard_webhooks_v1a_keys_that_are_not_keys_are_typed_errors() {
+    let cases: [(&[&str], SecretError); 4] = [
+        (&[], SecretError::None),
+        (&["whpk_not base64!"], SecretError::NotBase64),
+        (&["whpk_c2hvcnQ="], SecretError::NotAPublicKey),
+        (&[V1A_PUBLIC_1, "whpk_c2hvcnQ="], SecretError::NotAPublicKey),
+    ];
+    for (keys, error) in cases {
+        assert_eq!(
+            StandardWebhooks::from_public_keys(keys).unwrap_err(),
+            error,
+            "{keys:?}"
+        );
+    }
+    assert_eq!(
+        StandardWebhooks::sign_v1a("whsk_c2hvcnQ=", SW_ID, SW_TS, SW_BODY).unwrap_err(),
+        SecretError::NotASecretKey
+    );
+    // A 64-byte secret whose public half is another key's.
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut pair = b64.decode(&V1A_SECRET_1[5..]).unwrap();
+    pair.extend(b64.decode(&V1A_PUBLIC_2[5..]).unwrap());
+    assert_eq!(
+        StandardWebhooks::public_key_of(&format!("whsk_{}", b64.encode(&pair))).unwrap_err(),
+        SecretError::NotASecretKey
+    );
+    // A public-key verifier holds no secret to sign v1 with.
+    assert_eq!(asymmetric(&[V1A_PUBLIC_1]).sign(SW_ID, SW_TS, SW_BODY), "");
+}

@@ -2,7 +2,9 @@
 //!
 //! A [`Verifier`] checks that a delivery was signed by its provider: it
 //! recomputes the provider's HMAC over the exact bytes received and compares
-//! it in constant time, and, where the scheme signs a timestamp, rejects
+//! it in constant time (or, for Standard Webhooks' `v1a`, checks the
+//! provider's Ed25519 signature against its public keys), and, where the
+//! scheme signs a timestamp, rejects
 //! deliveries outside a tolerance window on either side of now (five minutes
 //! by default), which bounds how long a captured delivery can be replayed.
 //!
@@ -16,7 +18,7 @@
 //!
 //! | Scheme | Signed | A replay can | A replay cannot |
 //! |---|---|---|---|
-//! | [`StandardWebhooks`] | id, timestamp, body | resend it verbatim within the tolerance: a duplicate by its id | change the id, or resend it once the tolerance has passed |
+//! | [`StandardWebhooks`] (`v1` HMAC, `v1a` Ed25519) | id, timestamp, body | resend it verbatim within the tolerance: a duplicate by its id | change the id, or resend it once the tolerance has passed |
 //! | [`Stripe`] | timestamp, body (whose `id` is the event id) | resend it verbatim within the tolerance: a duplicate by its id | change the id, or resend it once the tolerance has passed |
 //! | [`GitHub`] | body | resend it at any time, under any `X-GitHub-Delivery`: a duplicate by the body's digest (and by the id, when it keeps it) | change the body |
 //! | [`SecretHeader`] | nothing: the secret itself travels | resend it at any time: a duplicate by the id in its body; and, holding the secret, send any body at all | — |
@@ -48,7 +50,7 @@ use sha2::Sha256;
 pub use clock::Clock;
 pub use github::GitHub;
 pub use secret_header::SecretHeader;
-pub use standard::StandardWebhooks;
+pub use standard::{StandardWebhooks, MAX_V1A_SIGNATURES};
 pub use stripe::Stripe;
 
 /// How far a signed timestamp may be from now, either way, by default.
@@ -134,9 +136,18 @@ pub enum SecretError {
     /// A secret is empty.
     #[error("a secret is empty")]
     Empty,
-    /// A `whsec_` secret is not valid base64.
-    #[error("a whsec_ secret is not valid base64")]
+    /// A `whsec_` secret, or a `whpk_` or `whsk_` key, is not valid
+    /// base64.
+    #[error("a whsec_ secret or a whpk_/whsk_ key is not valid base64")]
     NotBase64,
+    /// A `whpk_` key is not an Ed25519 public key (32 bytes encoding a
+    /// point of the curve).
+    #[error("a whpk_ key is not an Ed25519 public key")]
+    NotAPublicKey,
+    /// A `whsk_` key is not an Ed25519 secret key (a 32-byte seed, or the
+    /// seed and its public key in 64 bytes).
+    #[error("a whsk_ key is not an Ed25519 secret key")]
+    NotASecretKey,
 }
 
 /// The one value of `name`, as text.
