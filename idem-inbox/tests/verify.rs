@@ -630,7 +630,7 @@ fn standard_webhooks_v1a_refuses_what_can_match_nothing() {
         })
     ));
     // A header stuffed with signatures is refused before any is checked.
-    let stuffed = vec![V1A_SIGNATURE_2; idem_inbox::verify::MAX_V1A_SIGNATURES + 1].join(" ");
+    let stuffed = [V1A_SIGNATURE_2; idem_inbox::verify::MAX_V1A_SIGNATURES + 1].join(" ");
     assert!(matches!(
         v.verify(&sw_headers(SW_ID, SW_TS, &stuffed), SW_BODY),
         Err(VerifyError::MalformedHeader { .. })
