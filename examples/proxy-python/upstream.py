@@ -172,6 +172,9 @@ class Handler(BaseHTTPRequestHandler):
         if key is None or amount <= 0:
             self.answer(400, '{"title":"bad payment"}', "application/json")
             return
+        # The key may come as a structured-field string: "order-7f3a".
+        if len(key) >= 2 and key[0] == key[-1] == '"':
+            key = key[1:-1].replace('\\"', '"').replace("\\\\", "\\")
         charge = {
             "id": "ch_" + secrets.token_hex(8),
             "amount": amount,
