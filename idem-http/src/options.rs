@@ -255,13 +255,13 @@ macro_rules! option_setters {
 
         /// Reads the key from `source` (a JSON Pointer into the body, a
         /// function over the request) instead of the `Idempotency-Key`
-        /// header; see [`KeySource`]($crate::KeySource).
+        /// header; see `idem_http::KeySource`.
         pub fn with_key_source(self, source: $crate::KeySource) -> Self {
             self.map_options(|o| o.with_key_source(source))
         }
 
         /// What the fingerprint of every request covers, unless a route
-        /// policy names its path; see [`FingerprintPolicy`]($crate::FingerprintPolicy).
+        /// policy names its path; see `idem_http::FingerprintPolicy`.
         pub fn with_fingerprint_policy(self, policy: $crate::FingerprintPolicy) -> Self {
             self.map_options(|o| o.with_fingerprint_policy(policy))
         }

@@ -269,8 +269,9 @@ impl FingerprintPolicy {
         headers: &HeaderMap,
         body: &Bytes,
     ) -> MatchingFingerprints {
-        let kind = Kind::of(headers);
         let Some(scheme) = self.scheme() else {
+            // JSON and other bodies are alike here: `lazy_fingerprint`.
+            let kind = Kind::fields(headers).unwrap_or(Kind::Other);
             let mut matching = default_fingerprint(kind, method, uri, headers, body);
             if !self.previous.is_empty() {
                 let request = Request::new(method, uri, headers, body);
@@ -278,6 +279,7 @@ impl FingerprintPolicy {
             }
             return matching;
         };
+        let kind = Kind::of(headers);
         let current = self
             .digest(kind, method, uri, headers, body)
             .with_scheme(scheme);
@@ -351,21 +353,29 @@ enum Kind {
 
 impl Kind {
     fn of(headers: &HeaderMap) -> Kind {
-        if is_json(headers) {
-            return Kind::Json;
+        match Kind::fields(headers) {
+            Some(kind) => kind,
+            None if is_json(headers) => Kind::Json,
+            None => Kind::Other,
         }
+    }
+
+    /// A form or multipart body, told without allocating: the default
+    /// fingerprint needs to know no more, and JSON bodies must cost what
+    /// they cost before.
+    fn fields(headers: &HeaderMap) -> Option<Kind> {
         let mut lines = headers.get_all(CONTENT_TYPE).iter();
         let (Some(value), None) = (lines.next(), lines.next()) else {
-            return Kind::Other;
+            return None;
         };
         let essence = value.as_bytes().split(|&b| b == b';').next().unwrap_or(b"");
         let essence = essence.trim_ascii();
         if essence.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
-            Kind::Form
+            Some(Kind::Form)
         } else if essence.eq_ignore_ascii_case(b"multipart/form-data") {
-            Kind::Multipart
+            Some(Kind::Multipart)
         } else {
-            Kind::Other
+            None
         }
     }
 
