@@ -203,7 +203,9 @@ async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
             println!("key          {}", show::key(key.as_str()));
             println!("hash         {}", key_hash(key.as_str()));
             let Some(record) = record else {
-                println!("state        absent (no live record: never used, released or expired)");
+                println!(
+                    "state        absent (no live record: never used, released, reset or expired)"
+                );
                 return Ok(());
             };
             println!("state        {}", show::state(&record));
@@ -313,7 +315,7 @@ async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
                     ))
                 }
                 _ => {
-                    println!("nothing to reset for {shown}: no live record (never used, released or expired)");
+                    println!("nothing to reset for {shown}: no live record (never used, released, reset or expired)");
                     Ok(())
                 }
             }

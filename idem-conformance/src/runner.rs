@@ -36,7 +36,8 @@ impl Case {
     }
 
     /// The concern it belongs to: `claim`, `swap`, `fencing`, `expiry`,
-    /// `fidelity`, `concurrency`, `execute`, `recovery` or `interleaving`.
+    /// `fidelity`, `concurrency`, `execute`, `recovery`, `reset` or
+    /// `interleaving`.
     pub fn group(&self) -> &'static str {
         self.group
     }

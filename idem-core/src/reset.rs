@@ -109,7 +109,6 @@ mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     use super::*;
-    use crate::observe::key_hash;
     use crate::{Begin, Fingerprint, MemoryStore};
 
     /// A log sink the test reads back.
@@ -126,9 +125,9 @@ mod tests {
         }
     }
 
-    /// Resets in two scopes, audited and counted: only the settled record
-    /// of the scope asked is deleted, a key in flight is refused and kept,
-    /// and each reset writes one audit line with the key hashed.
+    /// Resets in two scopes, counted: only the settled record of the scope
+    /// asked is deleted and a key in flight is refused and kept. (The audit
+    /// line is checked end to end by `idem-cli`'s test, on every store.)
     #[test]
     fn resets_are_audited_counted_and_scoped() {
         let sink = Sink::default();
@@ -166,7 +165,10 @@ mod tests {
                 );
                 assert_eq!(a.reset("held").await.unwrap(), Reset::InFlight);
                 assert_eq!(a.reset("order-1").await.unwrap(), Reset::Absent);
-                assert!(matches!(a.reset("bad key").await, Err(Error::InvalidKey(_))));
+                assert!(matches!(
+                    a.reset("bad key").await,
+                    Err(Error::InvalidKey(_))
+                ));
 
                 let kept = b.key("order-1").unwrap();
                 assert!(store.load(kept.as_str()).await.unwrap().is_some());
@@ -202,22 +204,6 @@ mod tests {
             counted,
             [("absent", 1), ("deleted", 1), ("in_flight", 1)].map(|(o, n)| (o.to_owned(), n))
         );
-
-        let logged = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
-        let audit: Vec<&str> = logged.lines().filter(|l| l.contains("idem::audit")).collect();
-        assert_eq!(audit.len(), 3, "{logged}");
-        let hash = key_hash(a.key("order-1").unwrap().as_str());
-        assert!(
-            audit[0].contains(&hash)
-                && audit[0].contains("deleted")
-                && audit[0].contains("completed")
-                && audit[0].contains("ops")
-                && audit[0].contains("refund reissued"),
-            "{}",
-            audit[0]
-        );
-        assert!(audit[1].contains("in_flight"), "{}", audit[1]);
-        assert!(!logged.contains("order-1") && !logged.contains("tenant-a"), "{logged}");
     }
 
     /// A reset deletes, so an owner whose lease was taken over cannot land
@@ -235,7 +221,10 @@ mod tests {
             panic!("the lapsed lease is taken over");
         };
         heir.complete(b"1").await.unwrap();
-        assert_eq!(idem.reset("k").await.unwrap(), Reset::Deleted(State::Completed));
+        assert_eq!(
+            idem.reset("k").await.unwrap(),
+            Reset::Deleted(State::Completed)
+        );
         assert!(matches!(stale.complete(b"2").await, Err(Error::LeaseLost)));
         assert!(matches!(heir.complete(b"3").await, Err(Error::LeaseLost)));
         let Begin::Run(next) = idem.begin("k", fingerprint).await.unwrap() else {
