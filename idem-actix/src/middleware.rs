@@ -43,8 +43,9 @@ type ScopeFn = dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync;
 ///     .with_fingerprint_policy(FingerprintPolicy::new().ignore_query_params(["attempt"]))
 ///     .with_key_source(KeySource::json_pointer("/request_id"));
 /// # let _ = middleware;
-/// ``` The
-/// exchange runs in the request's own future; if a client disconnects and
+/// ```
+///
+/// The exchange runs in the request's own future; if a client disconnects and
 /// actix drops that future, what is left of the claim, the handler and its
 /// recording goes on in a local task (`actix_web::rt::spawn`) on the same
 /// worker, so a hang-up cancels none of them.
