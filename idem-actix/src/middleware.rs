@@ -205,7 +205,7 @@ where
         None => options.idempotent().clone(),
     };
     let fingerprint = options.fingerprint(&method, &uri, &headers, &body);
-    let wait = options.wait_for(&headers);
+    let context = options.request_context(&headers);
     request.set_payload(Payload::from(body));
     // The request goes to the handler whole: actix routes it only while no
     // clone of it exists. The response is built on the handler's request,
@@ -230,7 +230,7 @@ where
             };
             config
                 .options
-                .exchange_waiting(&idem, &key, fingerprint, wait, handler)
+                .exchange_with(&idem, &key, fingerprint, context, handler)
                 .await
         },
         finish_locally,

@@ -10,9 +10,10 @@ use http::{HeaderMap, Method, Response};
 use idem_core::fingerprint::MatchingFingerprints;
 use idem_core::store::StoreError;
 use idem_core::{Begin, Error, Idempotent, KeyError, Lease, When};
+use tracing::Instrument;
 
 use crate::stored::{self, Stored, Unreplayable};
-use crate::{client_key, Options, Problem};
+use crate::{client_key, Options, Problem, TraceParent};
 
 /// The error a response body fails with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -54,6 +55,41 @@ pub enum Collected<B> {
     TooLarge(B),
     /// The body failed while it was read.
     Failed(BoxError),
+}
+
+/// What an exchange reads from a request besides its key and fingerprint:
+/// the wait it asks for and the trace it was sent from. An adapter gets it
+/// from the request's headers with [`Options::request_context`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestContext {
+    /// How long a request that finds its key in progress waits for the
+    /// outcome (`Prefer: wait=N`, capped by [`Options::with_max_wait`]);
+    /// `None` answers 409 at once.
+    pub wait: Option<Duration>,
+    /// The request's W3C `traceparent`, kept with its recorded response so
+    /// that replays link back to it (see the crate docs, "Trace
+    /// continuity").
+    pub traceparent: Option<TraceParent>,
+}
+
+impl RequestContext {
+    /// No wait, no trace parent.
+    pub fn new() -> RequestContext {
+        RequestContext::default()
+    }
+
+    /// Sets the wait.
+    pub fn with_wait(mut self, wait: Option<Duration>) -> RequestContext {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets the trace parent.
+    pub fn with_traceparent(mut self, traceparent: Option<TraceParent>) -> RequestContext {
+        self.traceparent = traceparent;
+        self
+    }
 }
 
 /// What an adapter sends back.
@@ -146,19 +182,27 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
-        let reply = self
-            .exchange_key(idem, key, fingerprint, wait, handler)
-            .await;
-        crate::metrics::count(idem, &reply);
-        reply
+        let context = RequestContext::new().with_wait(wait);
+        self.exchange_with(idem, key, fingerprint, context, handler)
+            .await
     }
 
-    async fn exchange_key<H, Fut, B, E>(
+    /// [`exchange_waiting`](Options::exchange_waiting) with everything an
+    /// adapter reads from the request's headers
+    /// ([`request_context`](Options::request_context)): the wait, and the
+    /// trace parent that a recorded response keeps and its replays link to.
+    ///
+    /// The exchange runs in a span `idem.http`, the parent of the core's
+    /// `idem.begin` and of the handler's spans. On a replay of a response
+    /// recorded with a trace parent, that span gets the field
+    /// `idem.original_traceparent` (the header's form) and, with the
+    /// feature `otel`, an OpenTelemetry link to that span context.
+    pub async fn exchange_with<H, Fut, B, E>(
         &self,
         idem: &Idempotent,
         key: &str,
         fingerprint: impl Into<MatchingFingerprints>,
-        wait: Option<Duration>,
+        context: RequestContext,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -166,6 +210,42 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
+        let span = tracing::info_span!(
+            "idem.http",
+            idem.original_traceparent = tracing::field::Empty
+        );
+        let reply = self
+            .exchange_key(idem, key, fingerprint, context, handler)
+            .instrument(span)
+            .await;
+        crate::metrics::count(idem, &reply);
+        reply
+    }
+
+    /// What the exchange reads from a request's headers: the wait it asks
+    /// for ([`wait_for`](Options::wait_for)) and its trace parent
+    /// ([`TraceParent::from_headers`]; one that does not parse is left
+    /// out, never refused).
+    pub fn request_context(&self, headers: &HeaderMap) -> RequestContext {
+        RequestContext::new()
+            .with_wait(self.wait_for(headers))
+            .with_traceparent(TraceParent::from_headers(headers))
+    }
+
+    async fn exchange_key<H, Fut, B, E>(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        fingerprint: impl Into<MatchingFingerprints>,
+        context: RequestContext,
+        handler: H,
+    ) -> Result<Reply<B>, E>
+    where
+        H: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Response<B>, E>>,
+        B: ResponseBody,
+    {
+        let wait = context.wait;
         let fingerprints = fingerprint.into();
         // Only a request that may wait claims twice and needs them again.
         let (first, again) = match wait {
@@ -182,7 +262,8 @@ impl Options {
             }
             (begun, _, _) => (begun, false),
         };
-        let reply = self.answer(key, begun, handler).await;
+        let traceparent = context.traceparent.or_else(crate::otel::current);
+        let reply = self.answer(key, begun, traceparent, handler).await;
         if !waited {
             return reply;
         }
@@ -203,6 +284,7 @@ impl Options {
         &self,
         key: &str,
         begun: Result<Begin, Error>,
+        traceparent: Option<TraceParent>,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -211,13 +293,20 @@ impl Options {
         B: ResponseBody,
     {
         let problem = match begun {
-            Ok(Begin::Run(lease)) => return self.run(lease, handler).await,
+            Ok(Begin::Run(lease)) => return self.run(lease, traceparent, handler).await,
             Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload()) {
                 Ok(Stored::Response {
                     status,
                     headers,
                     body,
-                }) => return Ok(Reply::Whole(stored::replay(status, headers, body))),
+                    traceparent: original,
+                    ..
+                }) => {
+                    if let Some(original) = original {
+                        replayed_from(original);
+                    }
+                    return Ok(Reply::Whole(stored::replay(status, headers, body)));
+                }
                 Ok(Stored::Unreplayable(why)) => Problem::NotReplayable(why.reason()),
                 Err(error) => {
                     tracing::error!(key, %error, "recorded response does not decode");
@@ -251,7 +340,12 @@ impl Options {
     }
 
     /// Runs the handler under `lease`, then records or releases.
-    async fn run<H, Fut, B, E>(&self, lease: Lease, handler: H) -> Result<Reply<B>, E>
+    async fn run<H, Fut, B, E>(
+        &self,
+        lease: Lease,
+        traceparent: Option<TraceParent>,
+        handler: H,
+    ) -> Result<Reply<B>, E>
     where
         H: FnOnce() -> Fut,
         Fut: Future<Output = Result<Response<B>, E>>,
@@ -284,8 +378,9 @@ impl Options {
         };
         match collected {
             Collected::Whole(body) => {
-                self.record(&lease, &stored::encode(parts.status, &parts.headers, &body))
-                    .await;
+                let payload =
+                    stored::encode_traced(parts.status, &parts.headers, &body, traceparent);
+                self.record(&lease, &payload).await;
                 Ok(Reply::Whole(Response::from_parts(parts, body)))
             }
             Collected::TooLarge(body) => {
@@ -361,6 +456,17 @@ impl Options {
                 "could not release the key; it stays claimed until its lease lapses");
         }
     }
+}
+
+/// Points the current span, the exchange's `idem.http`, to the request
+/// whose response is being replayed.
+fn replayed_from(original: TraceParent) {
+    let span = tracing::Span::current();
+    span.record(
+        "idem.original_traceparent",
+        tracing::field::display(original),
+    );
+    crate::otel::link(&span, original);
 }
 
 /// Marks a response as the answer to a request whose wait was honoured.

@@ -142,10 +142,43 @@
 //! assert_eq!(admitted, Admission::Protect("7f3a".into()));
 //! ```
 //!
+//! # Trace continuity
+//!
+//! A replay is the second half of a story whose first half is in another
+//! trace. The exchange runs in a span `idem.http` (the parent of the core's
+//! `idem.begin` and of the handler's spans), and the request's W3C
+//! `traceparent` ([`TraceParent`], version `00`; a header that does not
+//! parse, or more than one, is ignored, never refused) is kept with the
+//! recorded response. On a replay of that response, the `idem.http` span
+//! gets the field `idem.original_traceparent`, the first request's header.
+//! The link goes on `idem.http` rather than on `idem.begin` because the
+//! decision to replay is known only once the claim's span has closed, and
+//! because this crate can only reach spans it opens itself.
+//!
+//! With the feature `otel`, the same span also gets an OpenTelemetry
+//! *link* to the original span context (through `tracing-opentelemetry`;
+//! one link per replay, marked remote), so a trace viewer jumps from any
+//! replay to the request that ran the handler. With `otel` on and no
+//! `traceparent` on the first request, the record keeps the context of
+//! that request's own `idem.http` span instead, when an OpenTelemetry layer
+//! gave it one: a public API whose clients send no trace context is where
+//! retries are most common. A header, when present, always wins, so a
+//! record keeps the same thing with the feature on or off. Without the
+//! feature and without a header, nothing is stored.
+//!
+//! Only the `traceparent` is kept, never `tracestate` (vendor data that
+//! may be large and is not needed to name a span), and a replay's own
+//! `traceparent` changes nothing that was recorded. Adapters read it with
+//! [`Options::request_context`] and pass it to
+//! [`Options::exchange_with`].
+//!
 //! # Stored format
 //!
-//! The payload of a record is described in [`stored`]; it is the format
-//! `idem-tower` has always written, so records replay through any adapter.
+//! The payload of a record is described in [`stored`]. Version 1 is the
+//! format `idem-tower` has always written; version 2 adds the trace parent
+//! and is written only when there is one, so records replay through any
+//! adapter, old records replay unchanged, and a record without a trace
+//! parent is still readable by a build that knows only version 1.
 #![forbid(unsafe_code)]
 
 mod exchange;
@@ -156,17 +189,19 @@ mod keysource;
 mod metrics;
 pub mod multipart;
 mod options;
+mod otel;
 mod policy;
 mod prefer;
 mod problem;
 pub mod ratelimit;
 pub mod stored;
+mod traceparent;
 mod transcode;
 mod uncancelled;
 
 pub use http;
 
-pub use exchange::{Admission, BoxError, Collected, Reply, ResponseBody};
+pub use exchange::{Admission, BoxError, Collected, Reply, RequestContext, ResponseBody};
 pub use fingerprint::{
     canonical_fingerprint, fingerprint, lazy_fingerprint, raw_fingerprint, SCHEME,
 };
@@ -177,4 +212,5 @@ pub use policy::{FingerprintPolicy, BODY_SCHEME};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
 pub use stored::REPLAYED;
+pub use traceparent::{TraceParent, TRACEPARENT};
 pub use uncancelled::{Panicked, Uncancelled};

@@ -1,16 +1,29 @@
 //! Recorded responses: the stored format replays are built from.
 //!
-//! # Stored format (version 1)
+//! # Stored format (versions 1 and 2)
 //!
-//! All integers are big-endian. The payload opens with a version byte (`1`)
-//! and a kind byte.
+//! All integers are big-endian. The payload opens with a version byte (`1`
+//! or `2`) and a kind byte.
 //!
-//! * Kind `0`, a response: status (`u16`), header count (`u16`), then per
-//!   header its name length (`u16`), lowercase name, value length (`u32`)
-//!   and value bytes, then the body length (`u64`) and the body. Nothing may
-//!   follow.
-//! * Kind `1`, executed but not replayable: one reason byte, `1` when the
-//!   response body was over the limit, `2` when it failed while being read.
+//! * Version 1, kind `0`, a response: status (`u16`), header count
+//!   (`u16`), then per header its name length (`u16`), lowercase name,
+//!   value length (`u32`) and value bytes, then the body length (`u64`) and
+//!   the body. Nothing may follow.
+//! * Version 1, kind `1`, executed but not replayable: one reason byte, `1`
+//!   when the response body was over the limit, `2` when it failed while
+//!   being read.
+//! * Version 2, kind `0`, a response with the trace parent of the request
+//!   that produced it (see [`TraceParent`]): the trace id (16 bytes), the
+//!   span id (8 bytes, neither id all zeros) and the trace flags (1 byte),
+//!   then the rest exactly as version 1's kind `0`. Version 2 has no other
+//!   kind.
+//!
+//! [`encode_traced`] writes version 2 only when there is a trace parent to
+//! keep; a response without one, and every marker, is written as version 1,
+//! byte for byte what earlier builds wrote. So each value has one
+//! encoding, records made before version 2 replay unchanged, and a build
+//! that knows only version 1 still replays every record made without a
+//! trace parent while a deployment rolls forward.
 //!
 //! Headers keep their order. `Set-Cookie` and hop-by-hop headers are never
 //! stored. Anything that does not parse exactly is a [`DecodeError`], never
@@ -22,7 +35,11 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, SET_COOKIE};
 use http::{Response, StatusCode};
 
+use crate::TraceParent;
+
 const VERSION: u8 = 1;
+/// The version of a response kept with its request's trace parent.
+const VERSION_TRACED: u8 = 2;
 const KIND_RESPONSE: u8 = 0;
 const KIND_NOT_REPLAYABLE: u8 = 1;
 
@@ -67,6 +84,7 @@ impl Unreplayable {
 #[non_exhaustive]
 pub enum Stored {
     /// A response to replay.
+    #[non_exhaustive]
     Response {
         /// The recorded status.
         status: StatusCode,
@@ -74,6 +92,9 @@ pub enum Stored {
         headers: HeaderMap,
         /// The recorded body.
         body: Bytes,
+        /// The trace parent of the request that produced the response,
+        /// when it had one (always `None` in a version 1 payload).
+        traceparent: Option<TraceParent>,
     },
     /// A marker for a request that ran without a replayable response.
     Unreplayable(Unreplayable),
@@ -107,8 +128,19 @@ pub fn is_recorded(name: &HeaderName, headers: &HeaderMap) -> bool {
 }
 
 /// Encodes a response for the store, leaving out the headers that are
-/// never replayed.
+/// never replayed: [`encode_traced`] without a trace parent.
 pub fn encode(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
+    encode_traced(status, headers, body, None)
+}
+
+/// Encodes a response for the store with the trace parent of the request
+/// that produced it: version 2 with one, version 1 without.
+pub fn encode_traced(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    traceparent: Option<TraceParent>,
+) -> Vec<u8> {
     let kept: Vec<(&HeaderName, &HeaderValue)> = headers
         .iter()
         .filter(|(name, _)| is_recorded(name, headers))
@@ -117,8 +149,16 @@ pub fn encode(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
         .iter()
         .map(|(name, value)| 6 + name.as_str().len() + value.len())
         .sum();
-    let mut out = Vec::with_capacity(14 + header_bytes + body.len());
-    out.extend_from_slice(&[VERSION, KIND_RESPONSE]);
+    let mut out = Vec::with_capacity(14 + 25 + header_bytes + body.len());
+    match traceparent {
+        Some(parent) => {
+            out.extend_from_slice(&[VERSION_TRACED, KIND_RESPONSE]);
+            out.extend_from_slice(&parent.trace_id());
+            out.extend_from_slice(&parent.span_id());
+            out.push(parent.flags());
+        }
+        None => out.extend_from_slice(&[VERSION, KIND_RESPONSE]),
+    }
     out.extend_from_slice(&status.as_u16().to_be_bytes());
     // `http` refuses maps this large long before these casts could wrap:
     // at most 32 768 entries, names under 64 KiB.
@@ -143,7 +183,8 @@ pub fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
     vec![VERSION, KIND_NOT_REPLAYABLE, reason]
 }
 
-/// Decodes a payload written by [`encode`] or [`encode_unreplayable`].
+/// Decodes a payload written by [`encode`], [`encode_traced`] or
+/// [`encode_unreplayable`], of either version.
 pub fn decode(payload: &[u8]) -> Result<Stored, DecodeError> {
     decode_with(payload, Bytes::copy_from_slice)
 }
@@ -158,11 +199,19 @@ pub fn decode_shared(payload: impl Into<Bytes>) -> Result<Stored, DecodeError> {
 /// Decodes `payload`, taking each value and the body with `share`.
 fn decode_with(payload: &[u8], share: impl Fn(&[u8]) -> Bytes) -> Result<Stored, DecodeError> {
     let mut reader = Reader(payload);
-    if reader.take(1)? != [VERSION] {
+    let version = reader.take(1)?[0];
+    if version != VERSION && version != VERSION_TRACED {
         return Err(DecodeError("unknown format version"));
     }
     let stored = match reader.take(1)?[0] {
         KIND_RESPONSE => {
+            let traceparent = match version {
+                VERSION_TRACED => Some(
+                    TraceParent::new(reader.array()?, reader.array()?, reader.take(1)?[0])
+                        .ok_or(DecodeError("an all-zero trace or span id"))?,
+                ),
+                _ => None,
+            };
             let status = StatusCode::from_u16(reader.u16()?)
                 .map_err(|_| DecodeError("status out of range"))?;
             let count = reader.u16()?;
@@ -204,9 +253,10 @@ fn decode_with(payload: &[u8], share: impl Fn(&[u8]) -> Bytes) -> Result<Stored,
                 status,
                 headers,
                 body,
+                traceparent,
             }
         }
-        KIND_NOT_REPLAYABLE => match reader.take(1)?[0] {
+        KIND_NOT_REPLAYABLE if version == VERSION => match reader.take(1)?[0] {
             1 => Stored::Unreplayable(Unreplayable::TooLarge),
             2 => Stored::Unreplayable(Unreplayable::BodyFailed),
             _ => return Err(DecodeError("unknown marker reason")),
@@ -299,7 +349,8 @@ mod tests {
             Stored::Response {
                 status,
                 headers: expected,
-                body
+                body,
+                traceparent: None,
             }
         );
     }
@@ -312,7 +363,8 @@ mod tests {
             Stored::Response {
                 status: StatusCode::NO_CONTENT,
                 headers: HeaderMap::new(),
-                body: Bytes::new()
+                body: Bytes::new(),
+                traceparent: None,
             }
         );
         for why in [Unreplayable::TooLarge, Unreplayable::BodyFailed] {
@@ -323,10 +375,93 @@ mod tests {
         }
     }
 
+    fn parent() -> TraceParent {
+        TraceParent::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap()
+    }
+
+    // Pins the version 1 format: these bytes are what the encoder wrote
+    // before version 2 existed, and records holding them must replay.
+    const V1_RESPONSE: &[u8] = b"\x01\x00\x00\xc9\x00\x02\
+        \x00\x0ccontent-type\x00\x00\x00\x10application/json\
+        \x00\x03x-a\x00\x00\x00\x011\
+        \x00\x00\x00\x00\x00\x00\x00\x08{\"id\":1}";
+
+    #[test]
+    fn version_1_payloads_decode_and_are_still_written_without_a_trace_parent() {
+        let decoded = decode(V1_RESPONSE).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.append("content-type", HeaderValue::from_static("application/json"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        assert_eq!(
+            decoded,
+            Stored::Response {
+                status: StatusCode::CREATED,
+                headers: headers.clone(),
+                body: Bytes::from_static(b"{\"id\":1}"),
+                traceparent: None,
+            }
+        );
+        assert_eq!(decode_shared(Bytes::from_static(V1_RESPONSE)), Ok(decoded));
+        let body = b"{\"id\":1}";
+        assert_eq!(encode(StatusCode::CREATED, &headers, body), V1_RESPONSE);
+        assert_eq!(
+            encode_traced(StatusCode::CREATED, &headers, body, None),
+            V1_RESPONSE
+        );
+        assert_eq!(encode_unreplayable(Unreplayable::TooLarge), [1, 1, 1]);
+    }
+
+    #[test]
+    fn a_trace_parent_is_kept_in_version_2() {
+        let (status, headers, body) = sample();
+        let encoded = encode_traced(status, &headers, &body, Some(parent()));
+        assert_eq!(encoded[..2], [2, 0]);
+        assert_eq!(encoded[2..18], parent().trace_id());
+        assert_eq!(encoded[18..26], parent().span_id());
+        assert_eq!(encoded[26], 1);
+        // After the trace parent, version 1's layout.
+        assert_eq!(encoded[27..], encode(status, &headers, &body)[2..]);
+        let Stored::Response { traceparent, .. } = decode_shared(Bytes::from(encoded)).unwrap()
+        else {
+            panic!("a response decodes as a response");
+        };
+        assert_eq!(traceparent, Some(parent()));
+    }
+
+    #[test]
+    fn version_2_refuses_markers_and_all_zero_ids() {
+        assert_eq!(decode(&[2, 1, 1]), Err(DecodeError("unknown payload kind")));
+        let good = encode_traced(StatusCode::OK, &HeaderMap::new(), b"", Some(parent()));
+        let mut zero_trace = good.clone();
+        zero_trace[2..18].fill(0);
+        assert!(decode(&zero_trace).is_err());
+        let mut zero_span = good.clone();
+        zero_span[18..26].fill(0);
+        assert!(decode(&zero_span).is_err());
+        assert!(decode(&[3, 0]).is_err());
+    }
+
     #[test]
     fn every_truncation_and_corruption_is_an_error_not_a_panic() {
         let (status, headers, body) = sample();
-        let good = encode(status, &headers, &body);
+        for good in [
+            encode(status, &headers, &body),
+            encode_traced(status, &headers, &body, Some(parent())),
+        ] {
+            damaged_payloads_never_panic(&good);
+        }
+        assert!(decode(&[2, 0]).is_err());
+        assert!(decode(&[1, 7]).is_err());
+        assert!(decode(&[1, 1, 9]).is_err());
+        assert!(decode(&[1, 0, 0, 99, 0, 0]).is_err());
+        let huge_body = [
+            1, 0, 0, 200, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        ];
+        assert!(decode(&huge_body).is_err());
+    }
+
+    fn damaged_payloads_never_panic(good: &[u8]) {
+        let good = good.to_vec();
         for len in 0..good.len() {
             assert!(decode(&good[..len]).is_err(), "prefix of {len} bytes");
             let shared = Bytes::copy_from_slice(&good[..len]);
@@ -343,13 +478,5 @@ mod tests {
                 assert_eq!(decode_shared(Bytes::from(bad.clone())), decode(&bad));
             }
         }
-        assert!(decode(&[2, 0]).is_err());
-        assert!(decode(&[1, 7]).is_err());
-        assert!(decode(&[1, 1, 9]).is_err());
-        assert!(decode(&[1, 0, 0, 99, 0, 0]).is_err());
-        let huge_body = [
-            1, 0, 0, 200, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-        ];
-        assert!(decode(&huge_body).is_err());
     }
 }

@@ -128,7 +128,7 @@ where
         None => options.idempotent().clone(),
     };
     let fingerprint = options.fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
-    let wait = options.wait_for(&parts.headers);
+    let context = options.request_context(&parts.headers);
     let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, nothing may be cancelled: a client that hangs up
     // while the claim is in flight must not leave a claimed key that nobody
@@ -140,7 +140,7 @@ where
         async move {
             let reply = config
                 .options
-                .exchange_waiting(&idem, &key, fingerprint, wait, || async {
+                .exchange_with(&idem, &key, fingerprint, context, || async {
                     let response = inner.call(request).await?;
                     Ok(response.map(ResponseBody::new))
                 });

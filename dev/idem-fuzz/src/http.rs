@@ -14,7 +14,9 @@ fn reencode(payload: &[u8]) -> Result<Vec<u8>, stored::DecodeError> {
             status,
             headers,
             body,
-        } => stored::encode(status, &headers, &body),
+            traceparent,
+            ..
+        } => stored::encode_traced(status, &headers, &body, traceparent),
         Stored::Unreplayable(why) => stored::encode_unreplayable(why),
         other => panic!("a stored kind this target does not know: {other:?}"),
     })
@@ -51,7 +53,7 @@ pub fn stored_response(data: &[u8]) {
 }
 
 /// Payloads from the layer's encoder: responses with and without headers
-/// and body, repeated headers, and both markers.
+/// and body, repeated headers, one with a trace parent, and both markers.
 pub(crate) fn stored_response_seeds() -> Vec<Vec<u8>> {
     let json: &[(&str, &[u8])] = &[
         ("content-type", b"application/json"),
@@ -71,6 +73,15 @@ pub(crate) fn stored_response_seeds() -> Vec<Vec<u8>> {
         .iter()
         .filter_map(|(status, headers, body)| encode(*status, headers, body))
         .collect();
+    // Version 2: the same response with the trace parent of its request.
+    let parent =
+        idem_http::TraceParent::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    seeds.push(stored::encode_traced(
+        StatusCode::CREATED,
+        &HeaderMap::new(),
+        b"{}",
+        parent,
+    ));
     seeds.extend(
         [Unreplayable::TooLarge, Unreplayable::BodyFailed].map(stored::encode_unreplayable),
     );
