@@ -1,7 +1,8 @@
 //! Calls per second through idem-tonic's server layer against a bare tonic
 //! handler, in the same run, on the same Redis.
 //!
-//! `cargo run --release -p idem-grpc-bench -- --help`
+//! `cargo run --release -p idem-grpc-bench -- --help`; `--rows` and
+//! `--calls` make a run of a fixed size for instruction counts.
 //!
 //! Two servers on 127.0.0.1 serve the same handler, which does one Redis
 //! `GET` (its work) and answers a small message: `control` bare, `idem`
@@ -60,6 +61,21 @@ struct Args {
     /// Keys recorded before the replay rows.
     #[arg(long, default_value_t = 1000)]
     replay_keys: usize,
+    /// Each row makes this many calls instead of running for `--duration`:
+    /// for instruction counts under `valgrind --tool=callgrind`, where a
+    /// fixed duration would make a fixed count meaningless.
+    #[arg(long)]
+    calls: Option<u64>,
+    /// The rows to run, comma-separated (`control,first,replay`).
+    #[arg(long, value_delimiter = ',', default_value = "control,first,replay", value_parser = row)]
+    rows: Vec<Row>,
+}
+
+fn row(text: &str) -> Result<Row, String> {
+    [Row::Control, Row::First, Row::Replay]
+        .into_iter()
+        .find(|row| row.name() == text)
+        .ok_or_else(|| format!("no row {text}: control, first or replay"))
 }
 
 fn seconds(text: &str) -> Result<Duration, String> {
@@ -185,15 +201,29 @@ async fn load(row: Row, channels: &[Channel], args: &Args, rep: usize) -> Result
     let failed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + args.duration;
+    // With a call count, the tasks take calls from one counter.
+    let budget = Arc::new(AtomicU64::new(args.calls.unwrap_or(u64::MAX)));
+    let counted = args.calls.is_some();
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..args.concurrency {
+        let budget = Arc::clone(&budget);
         let mut client = PaymentsClient::new(channels[task % channels.len()].clone());
         let done = Arc::clone(&done);
         let failed = Arc::clone(&failed);
         let replay_keys = args.replay_keys.max(1);
         tasks.spawn(async move {
             let mut n = 0usize;
-            while Instant::now() < deadline {
+            loop {
+                if counted {
+                    let taken = budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                        left.checked_sub(1)
+                    });
+                    if taken.is_err() {
+                        break;
+                    }
+                } else if Instant::now() >= deadline {
+                    break;
+                }
                 let key = match row {
                     Row::Control => None,
                     Row::First => Some(format!("first-{rep}-{task}-{n}")),
@@ -248,7 +278,7 @@ async fn main() -> Result<(), BoxError> {
             .await?;
     }
 
-    let rows = [Row::Control, Row::First, Row::Replay];
+    let rows = args.rows.clone();
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
     for rep in 0..args.reps.max(1) {
         for turn in 0..rows.len() {
@@ -271,14 +301,20 @@ async fn main() -> Result<(), BoxError> {
         "grpc-redis c{} over {} connections, {} reps of {:?}, medians:",
         args.concurrency, args.connections, args.reps, args.duration
     );
-    let control = median(&mut figures[0].clone());
+    let control = rows
+        .iter()
+        .position(|row| *row == Row::Control)
+        .map(|at| median(&mut figures[at].clone()));
     for (row, values) in rows.iter().zip(&figures) {
         let rate = median(&mut values.clone());
-        let ratio = rate / control;
-        println!(
-            "  {:<8} {rate:>10.0} calls/s  {ratio:.2}x control",
-            row.name()
-        );
+        match control {
+            Some(control) => println!(
+                "  {:<8} {rate:>10.0} calls/s  {:.2}x control",
+                row.name(),
+                rate / control
+            ),
+            None => println!("  {:<8} {rate:>10.0} calls/s", row.name()),
+        }
     }
 
     // The run's keys: its records and the handler's key.
