@@ -69,6 +69,11 @@ struct Args {
     /// The rows to run, comma-separated (`control,first,replay`).
     #[arg(long, value_delimiter = ',', default_value = "control,first,replay", value_parser = row)]
     rows: Vec<Row>,
+    /// Milliseconds the handler also waits after its `GET`, standing for a
+    /// service that waits on its database or a payment network (0: the
+    /// `GET` is all its work).
+    #[arg(long, default_value_t = 0)]
+    work_ms: u64,
 }
 
 fn row(text: &str) -> Result<Row, String> {
@@ -86,11 +91,12 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("not a number of seconds: {text}"))
 }
 
-/// The handler: one Redis `GET`, then a small answer.
+/// The handler: one Redis `GET` and `wait`, then a small answer.
 #[derive(Clone)]
 struct Handler {
     redis: ConnectionManager,
     key: String,
+    wait: Duration,
 }
 
 #[tonic::async_trait]
@@ -106,6 +112,9 @@ impl Payments for Handler {
             .await;
         if let Err(error) = got {
             return Err(Status::unavailable(error.to_string()));
+        }
+        if !self.wait.is_zero() {
+            tokio::time::sleep(self.wait).await;
         }
         let request = request.into_inner();
         Ok(Response::new(ChargeReply {
@@ -263,6 +272,7 @@ async fn main() -> Result<(), BoxError> {
     let handler = Handler {
         redis: redis.clone(),
         key: format!("{tag}work"),
+        wait: Duration::from_millis(args.work_ms),
     };
     let store = RedisStore::from_connection(redis.clone()).with_prefix(tag.clone());
     let idem = Idempotent::new(store).with_namespace(idem_tonic::NAMESPACE);
@@ -298,8 +308,8 @@ async fn main() -> Result<(), BoxError> {
     }
 
     println!(
-        "grpc-redis c{} over {} connections, {} reps of {:?}, medians:",
-        args.concurrency, args.connections, args.reps, args.duration
+        "grpc-redis c{} over {} connections, handler work {} ms, {} reps of {:?}, medians:",
+        args.concurrency, args.connections, args.work_ms, args.reps, args.duration
     );
     let control = rows
         .iter()
