@@ -112,10 +112,17 @@ fn token(inspected: &str) -> String {
 }
 
 /// Follows `list` pages of `limit` records and returns every line listed.
+/// How many pages a listing takes depends on what else the server holds
+/// (a Redis page ends with the scan step that found records, and a shared
+/// server's keys are mostly other data), so the listing is bounded by its
+/// progress: a cursor given twice is a loop and fails.
 async fn list_all(opened: &Opened, which: &str, limit: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let mut after: Option<String> = None;
-    for _ in 0..50 {
+    let mut seen = std::collections::HashSet::new();
+    // Far more pages than any server here holds keys for, against a store
+    // that hands out new cursors for ever.
+    for _ in 0..100_000 {
         let mut args = vec!["list", which, "--limit", limit];
         if let Some(after) = &after {
             args.extend(["--after", after]);
@@ -130,14 +137,18 @@ async fn list_all(opened: &Opened, which: &str, limit: &str) -> Vec<String> {
             .lines()
             .find_map(|l| l.strip_prefix("next page: --after "))
         {
-            Some(next) => after = Some(next.trim().to_owned()),
+            Some(next) => {
+                let next = next.trim().to_owned();
+                assert!(seen.insert(next.clone()), "the listing came back to {next}");
+                after = Some(next);
+            }
             None => {
                 assert!(out.contains("no more pages"), "{out}");
                 return lines;
             }
         }
     }
-    panic!("listing did not end in 50 pages");
+    panic!("the listing did not end in 100,000 pages");
 }
 
 /// Writes records in every state, then checks each command against them.
