@@ -54,6 +54,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+mod clock;
 mod completer;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -66,6 +67,7 @@ pub mod verify;
 pub mod worker;
 
 pub use backoff::Backoff;
+pub use clock::Clock;
 pub use enqueue::Enqueue;
 pub use handler::{Event, Handler, HandlerError};
 pub use ratelimit::RateLimiter;

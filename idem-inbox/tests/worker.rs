@@ -4,14 +4,14 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_core::{Idempotent, MemoryStore};
 use idem_inbox::queue::{JobState, NewJob, Queue};
 use idem_inbox::worker::handle_once;
-use idem_inbox::{Backoff, Event, HandlerError, Outcome, Worker, WorkerConfig};
+use idem_inbox::{Backoff, Clock, Event, HandlerError, Outcome, Worker, WorkerConfig};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
@@ -516,10 +516,20 @@ fn backoff_is_full_jitter_under_a_doubling_ceiling_and_a_cap() {
     );
 }
 
+/// A handler that runs three leases long is kept by its heartbeats. The
+/// queue reads a clock the test moves, a third of a lease at a time and
+/// only once a heartbeat renewed the lease since the last move: the lease
+/// would have lapsed twice over without heartbeats, and cannot lapse with
+/// them however slowly a loaded machine runs the worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
-    let (queue, _dir) = support::sqlite_queue().await;
-    let queue: Arc<dyn Queue> = Arc::new(queue);
+    let lease = Duration::from_millis(300);
+    let (inner, _dir) = support::sqlite_queue().await;
+    let now = Arc::new(AtomicI64::new(1_800_000_000_000));
+    let read = Arc::clone(&now);
+    let queue = Arc::new(Counting::new(
+        inner.with_clock(Clock::from_millis_fn(move || read.load(Ordering::SeqCst))),
+    ));
     let id = queue
         .enqueue(NewJob::new("s", "slow", Vec::new()))
         .await
@@ -527,20 +537,23 @@ async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
         .id()
         .clone();
     let runs = Arc::new(AtomicU32::new(0));
-    let idem = Idempotent::new(MemoryStore::new()).with_lease(Duration::from_millis(300));
+    let finish = Arc::new(Notify::new());
+    // idem's own lease is not under test: it is left at its default.
+    let idem = Idempotent::new(MemoryStore::new());
     let mut tasks = Vec::new();
     let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
     for _ in 0..2 {
-        let counted = Arc::clone(&runs);
-        let worker = Worker::new(Arc::clone(&queue), idem.clone(), move |_e: Event| {
-            let counted = Arc::clone(&counted);
+        let (counted, finish) = (Arc::clone(&runs), Arc::clone(&finish));
+        let queue: Arc<dyn Queue> = Arc::clone(&queue) as Arc<dyn Queue>;
+        let worker = Worker::new(queue, idem.clone(), move |_e: Event| {
+            let (counted, finish) = (Arc::clone(&counted), Arc::clone(&finish));
             async move {
                 counted.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(1200)).await;
+                finish.notified().await;
                 Ok(())
             }
         })
-        .with_config(fast().with_lease(Duration::from_millis(300)));
+        .with_config(fast().with_lease(lease));
         let mut stopped = stop.subscribe();
         tasks.push(tokio::spawn(async move {
             worker
@@ -550,6 +563,17 @@ async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
                 .await
         }));
     }
+    let third = i64::try_from(lease.as_millis() / 3).unwrap();
+    for _ in 0..9 {
+        let seen = queue.beats.load(Ordering::SeqCst);
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while queue.beats.load(Ordering::SeqCst) == seen {
+            assert!(Instant::now() < give_up, "no heartbeat renewed the lease");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        now.fetch_add(third, Ordering::SeqCst);
+    }
+    finish.notify_one();
     until_settled(&*queue, std::slice::from_ref(&id)).await;
     stop.send(()).unwrap();
     for task in tasks {
@@ -560,20 +584,37 @@ async fn a_handler_running_past_its_lease_is_kept_by_heartbeats() {
         1,
         "a heartbeating job was run twice"
     );
+    assert_eq!(queue.claims.load(Ordering::SeqCst), 1, "the lease lapsed");
     let info = queue.inspect(&id).await.unwrap().unwrap();
-    assert_eq!((info.state, info.attempts), (JobState::Done, 1));
+    assert_eq!(
+        (info.state, info.attempts, info.lapses),
+        (JobState::Done, 1, 0)
+    );
 }
 
-/// A SQLite queue that counts the claims that brought jobs back.
+/// A SQLite queue that counts the claims that brought jobs back, and the
+/// heartbeats that renewed a lease.
 #[derive(Debug)]
-struct CountingClaims {
+struct Counting {
     inner: idem_inbox::queue::SqliteQueue,
     claims: AtomicUsize,
     claimed: AtomicUsize,
+    beats: AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: idem_inbox::queue::SqliteQueue) -> Counting {
+        Counting {
+            inner,
+            claims: AtomicUsize::new(0),
+            claimed: AtomicUsize::new(0),
+            beats: AtomicUsize::new(0),
+        }
+    }
 }
 
 #[async_trait::async_trait]
-impl Queue for CountingClaims {
+impl Queue for Counting {
     async fn enqueue(
         &self,
         job: NewJob,
@@ -597,7 +638,11 @@ impl Queue for CountingClaims {
         job: &idem_inbox::queue::Job,
         lease: Duration,
     ) -> Result<idem_inbox::queue::Settle, idem_inbox::queue::QueueError> {
-        self.inner.heartbeat(job, lease).await
+        let settle = self.inner.heartbeat(job, lease).await?;
+        if settle.is_applied() {
+            self.beats.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(settle)
     }
     async fn complete(
         &self,
@@ -661,11 +706,7 @@ impl Queue for CountingClaims {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefetching_worker_claims_in_batches_and_keeps_its_handlers_busy() {
     let (inner, _dir) = support::sqlite_queue().await;
-    let queue = Arc::new(CountingClaims {
-        inner,
-        claims: AtomicUsize::new(0),
-        claimed: AtomicUsize::new(0),
-    });
+    let queue = Arc::new(Counting::new(inner));
     let jobs = 120;
     let mut ids = Vec::new();
     for n in 0..jobs {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -12,6 +12,7 @@ use super::{
     decode_history, decode_state, millis, Enqueued, Job, JobId, JobInfo, NewJob, Queue, QueueError,
     Settle, Token, DEFAULT_RETENTION,
 };
+use crate::Clock;
 
 const BACKEND: &str = "sqlite";
 
@@ -51,7 +52,8 @@ const INFO_COLUMNS: &str =
 /// acknowledged as enqueued survives a crash of the process or the machine.
 ///
 /// Deadlines are kept on the local clock (the database is embedded, so its
-/// clock is this machine's). Operations run one at a time on one
+/// clock is this machine's), or on the [`Clock`] given to
+/// [`with_clock`](SqliteQueue::with_clock). Operations run one at a time on one
 /// connection, off the async threads.
 ///
 /// Commits are grouped: enqueues that arrive while the connection is busy
@@ -66,6 +68,7 @@ const INFO_COLUMNS: &str =
 pub struct SqliteQueue {
     conn: Arc<Mutex<Connection>>,
     retention: Duration,
+    clock: Clock,
     /// Enqueues waiting for the connection; whoever takes it next commits
     /// them all in one transaction.
     pending: Arc<Mutex<Vec<PendingEnqueue>>>,
@@ -91,6 +94,7 @@ impl SqliteQueue {
         let queue = SqliteQueue {
             conn: Arc::new(Mutex::new(conn)),
             retention: DEFAULT_RETENTION,
+            clock: Clock::system(),
             pending: Arc::new(Mutex::new(Vec::new())),
         };
         queue.migrate().await?;
@@ -100,6 +104,14 @@ impl SqliteQueue {
     /// How long a completed event is remembered (default three days).
     pub fn with_retention(mut self, retention: Duration) -> SqliteQueue {
         self.retention = retention;
+        self
+    }
+
+    /// Reads the time from `clock` instead of the system clock: leases,
+    /// retry delays and retention are measured on it. A test that sets the
+    /// clock decides when a lease lapses, whatever the machine's load.
+    pub fn with_clock(mut self, clock: Clock) -> SqliteQueue {
+        self.clock = clock;
         self
     }
 
@@ -153,10 +165,11 @@ impl SqliteQueue {
     ) -> Result<Settle, QueueError> {
         let id = parse_id(&job.id);
         let token = job.token.as_bytes().to_vec();
+        let clock = self.clock.clone();
         let changed = self
             .run(move |conn| {
                 let mut values: Vec<rusqlite::types::Value> =
-                    vec![id.into(), token.into(), now_ms().into()];
+                    vec![id.into(), token.into(), clock.now_millis().into()];
                 values.extend(extra);
                 conn.prepare_cached(sql)?
                     .execute(rusqlite::params_from_iter(values))
@@ -177,12 +190,6 @@ fn backend(e: impl std::error::Error + Send + Sync + 'static) -> QueueError {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, millis)
-}
-
 /// A job id this backend issued; any other text names no job.
 fn parse_id(id: &JobId) -> i64 {
     id.as_str().parse().unwrap_or(-1)
@@ -200,10 +207,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// durable. If anything in it fails, the transaction is rolled back and
 /// each enqueue is tried in a transaction of its own, so a bad job fails
 /// alone and every caller gets its own error.
-fn enqueue_group(conn: &mut Connection, group: Vec<PendingEnqueue>, retention: i64) {
+fn enqueue_group(conn: &mut Connection, group: Vec<PendingEnqueue>, retention: i64, clock: &Clock) {
     let together = (|| {
         let tx = conn.transaction()?;
-        let now = now_ms();
+        let now = clock.now_millis();
         let mut answers = Vec::with_capacity(group.len());
         for (job, _) in &group {
             answers.push(enqueue_one(&tx, job, now, retention)?);
@@ -222,7 +229,7 @@ fn enqueue_group(conn: &mut Connection, group: Vec<PendingEnqueue>, retention: i
             for (job, answer) in group {
                 let alone = (|| {
                     let tx = conn.transaction()?;
-                    let enqueued = enqueue_one(&tx, &job, now_ms(), retention)?;
+                    let enqueued = enqueue_one(&tx, &job, clock.now_millis(), retention)?;
                     tx.commit()?;
                     Ok::<_, rusqlite::Error>(enqueued)
                 })();
@@ -387,12 +394,13 @@ impl Queue for SqliteQueue {
         let (answer, mut answered) = oneshot::channel();
         lock(&self.pending).push((job, answer));
         let (pending, retention) = (Arc::clone(&self.pending), millis(self.retention));
+        let clock = self.clock.clone();
         // Whoever gets the connection first commits every enqueue waiting
         // by then, this one included; a later turn may find nothing left.
         let turn = self.run(move |conn| {
             let group = std::mem::take(&mut *lock(&pending));
             if !group.is_empty() {
-                enqueue_group(conn, group, retention);
+                enqueue_group(conn, group, retention, &clock);
             }
             Ok(())
         });
@@ -413,8 +421,9 @@ impl Queue for SqliteQueue {
         }
         let max = i64::try_from(max).unwrap_or(i64::MAX);
         let lease = millis(lease);
+        let clock = self.clock.clone();
         self.run(move |conn| {
-            let now = now_ms();
+            let now = clock.now_millis();
             let mut stmt = conn.prepare_cached(&format!(
                 "UPDATE inbox_jobs
                  SET state = 'running',
@@ -457,9 +466,10 @@ impl Queue for SqliteQueue {
             .collect();
         // One transaction, one commit: each completion is still fenced by
         // its own token.
+        let clock = self.clock.clone();
         self.run(move |conn| {
             let tx = conn.transaction()?;
-            let now = now_ms();
+            let now = clock.now_millis();
             let mut settled = Vec::with_capacity(fences.len());
             {
                 let mut complete = tx.prepare_cached(COMPLETE)?;
@@ -548,12 +558,13 @@ impl Queue for SqliteQueue {
 
     async fn requeue(&self, id: &JobId) -> Result<bool, QueueError> {
         let id = parse_id(id);
+        let clock = self.clock.clone();
         let changed = self
             .run(move |conn| {
                 conn.execute(
                     "UPDATE inbox_jobs SET state = 'pending', attempts = 0, lapses = 0, run_after = ?2
                      WHERE id = ?1 AND state = 'dead'",
-                    params![id, now_ms()],
+                    params![id, clock.now_millis()],
                 )
             })
             .await?;
@@ -562,12 +573,13 @@ impl Queue for SqliteQueue {
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, QueueError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let clock = self.clock.clone();
         let deleted = self
             .run(move |conn| {
                 // The same rows twice (ordered, in one transaction): a
                 // job's dedupe keys go with it.
                 let tx = conn.transaction()?;
-                let now = now_ms();
+                let now = clock.now_millis();
                 tx.execute(
                     "DELETE FROM inbox_job_keys WHERE job_id IN (
                          SELECT id FROM inbox_jobs

@@ -34,7 +34,6 @@
 //! Verify before parsing: a body re-serialised from parsed JSON is not the
 //! body that was signed, and fails.
 
-mod clock;
 mod github;
 mod secret_header;
 mod standard;
@@ -47,7 +46,7 @@ use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
 
-pub use clock::Clock;
+pub use crate::clock::Clock;
 pub use github::GitHub;
 pub use secret_header::SecretHeader;
 pub use standard::{StandardWebhooks, MAX_V1A_SIGNATURES};
