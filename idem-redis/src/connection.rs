@@ -5,9 +5,9 @@ use std::future::Future;
 use std::pin::Pin;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, Pipeline, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 
-type Reply<'a> = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send + 'a>>;
+pub(crate) type Reply<'a> = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send + 'a>>;
 
 /// A connection that many tasks use at once: a multiplexed connection, a
 /// `ConnectionManager` or a cluster connection. Each call works on a cheap
@@ -49,6 +49,12 @@ pub(crate) fn command(name: &str, args: usize, bytes: usize) -> Cmd {
     let mut cmd = Cmd::with_capacity(args + 1, name.len() + bytes);
     cmd.arg(name);
     cmd
+}
+
+/// Whether the server does not know the script a call names (it lost its
+/// cache, as after a restart, or never had it, as a promoted replica).
+pub(crate) fn is_no_script(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 /// Whether the server refused a command (alone or in a transaction)
@@ -93,9 +99,10 @@ impl Script {
     /// Runs `call` (from [`Script::call`]). A server that does not know the
     /// script yet, as after a restart, gets it loaded and the call sent
     /// again: that costs two more round trips, once per script and server.
+    #[cfg(feature = "raw-protocol")]
     pub(crate) async fn run(&self, connection: &dyn Shared, call: &Cmd) -> RedisResult<Value> {
         match connection.query(call).await {
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            Err(error) if is_no_script(&error) => {
                 connection.query(&self.load()).await?;
                 connection.query(call).await
             }

@@ -20,6 +20,41 @@ pub(crate) fn failed(key: &[u8], error: RedisError) -> StoreError {
     }
 }
 
+/// A write to `key` that fewer replicas than the store waits for
+/// acknowledged in time: applied on the master, and not known to survive
+/// its failover.
+pub(crate) fn too_few_replicas(key: &[u8], wanted: u32, acks: i64) -> StoreError {
+    StoreError::backend(
+        BACKEND,
+        TooFewReplicas {
+            key: String::from_utf8_lossy(key).into_owned(),
+            wanted,
+            acks: acks.max(0),
+        },
+    )
+}
+
+/// A write fewer replicas acknowledged than the store waits for.
+#[derive(Debug)]
+struct TooFewReplicas {
+    key: String,
+    wanted: u32,
+    acks: i64,
+}
+
+impl fmt::Display for TooFewReplicas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the write to {} reached {} of the {} replicas the store waits for in time; \
+             it is applied on the master but may be lost if the master fails over",
+            self.key, self.acks, self.wanted
+        )
+    }
+}
+
+impl StdError for TooFewReplicas {}
+
 /// A reply the store never asks for.
 pub(crate) fn unexpected(reply: Value) -> StoreError {
     StoreError::backend(BACKEND, UnexpectedReply(format!("{reply:?}")))

@@ -37,6 +37,7 @@ mod ops;
 pub mod raw;
 mod record;
 mod scripts;
+mod sentinel;
 mod store;
 mod wake;
 

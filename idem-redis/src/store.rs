@@ -86,6 +86,16 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   subscription per key. [`with_notifications(false)`](RedisStore::with_notifications)
 ///   turns publishing and subscribing off.
 ///
+/// * **Replicas and failover.** A store made by
+///   [`connect_sentinel`](RedisStore::connect_sentinel) follows the master
+///   the Sentinels name. Redis replicates asynchronously, so a write the
+///   master acknowledged can be lost when a replica is promoted: a lost
+///   claim lets a retry run the work a second time under the first owner's
+///   live lease, a lost outcome makes a told result run again.
+///   [`with_replica_acks`](RedisStore::with_replica_acks) makes every write
+///   wait for replicas before it counts (`idem-redis/tests/failover.rs`:
+///   0 second runs and 0 lost outcomes with it, both seen without it).
+///
 /// Needs Redis 7.0 or newer (`SET` with both `NX` and `GET`).
 #[derive(Clone)]
 pub struct RedisStore {
@@ -97,6 +107,15 @@ pub struct RedisStore {
     /// The channel outcomes are published on, when this store publishes.
     pub(crate) channel: Option<Arc<[u8]>>,
     subscriber: Arc<Subscriber>,
+    /// The replicas every write waits for, if any.
+    pub(crate) replica_acks: Option<ReplicaAcks>,
+}
+
+/// What [`RedisStore::with_replica_acks`] set.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReplicaAcks {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
 }
 
 impl fmt::Debug for RedisStore {
@@ -105,6 +124,7 @@ impl fmt::Debug for RedisStore {
             .field("connection", &self.connection_kind)
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .field("notifications", &self.channel.is_some())
+            .field("replica_acks", &self.replica_acks.map(|acks| acks.replicas))
             .finish()
     }
 }
@@ -159,15 +179,108 @@ impl RedisStore {
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
+        RedisStore::on(Arc::new(connection), std::any::type_name::<C>())
+    }
+
+    /// A store on `connection`, with the default options.
+    fn on(connection: Arc<dyn Shared>, connection_kind: &'static str) -> RedisStore {
         RedisStore {
-            connection: Arc::new(connection),
-            connection_kind: std::any::type_name::<C>(),
+            connection,
+            connection_kind,
             prefix: Arc::from(DEFAULT_PREFIX.as_bytes()),
             client: None,
             notifications: true,
             channel: None,
             subscriber: Arc::default(),
+            replica_acks: None,
         }
+    }
+
+    /// Connects to the master that the Redis Sentinels at `sentinels` (for
+    /// example `["redis://127.0.0.1:26379"]`) name for `master`.
+    ///
+    /// The store asks the Sentinels for the master's address, checks its
+    /// `ROLE`, and keeps one multiplexed connection to it. A call that
+    /// finds the connection gone, timed out (5 s) or the server a replica
+    /// now (`READONLY`) fails with a backend error, and the next call asks
+    /// the Sentinels again, so the store follows a failover by itself.
+    /// Waiters poll (the store publishes no wake-ups).
+    ///
+    /// Replication is asynchronous: a write the master acknowledged can be
+    /// lost when a replica is promoted before it arrived, and a lost claim
+    /// lets a retry run the work a second time.
+    /// [`with_replica_acks`](RedisStore::with_replica_acks) closes that.
+    pub async fn connect_sentinel<I, T>(
+        sentinels: I,
+        master: &str,
+    ) -> Result<RedisStore, StoreError>
+    where
+        I: IntoIterator<Item = T>,
+        T: IntoConnectionInfo,
+    {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(config)?;
+        let client = redis::sentinel::SentinelClient::build(
+            sentinels,
+            master.to_owned(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(config)?;
+        let master = crate::sentinel::SentinelMaster::new(client);
+        master
+            .connection()
+            .await
+            .map_err(|e| StoreError::backend(BACKEND, e))?;
+        RedisStore::on(Arc::new(master), "sentinel")
+            .load_scripts()
+            .await
+    }
+
+    /// Waits, after every write, until `replicas` replicas have
+    /// acknowledged it (`WAIT replicas timeout`, sent in the same write on
+    /// the same connection), before the write counts as done: a claim
+    /// before the work runs, a renewal, an outcome before the caller is
+    /// told. With the Sentinels promoting a replica that acknowledged (they
+    /// promote the most up to date), a failover loses no claim and no
+    /// outcome a caller was told.
+    ///
+    /// A write fewer replicas acknowledged within `timeout` fails with a
+    /// backend error: a claim gives its key back (best effort) and the work
+    /// does not run, an outcome is reported as not recorded. So writes stop
+    /// while fewer replicas than `replicas` are connected: keep one more
+    /// replica than you wait for. Each write waits for the replicas' round
+    /// trip, and `WAIT` holds the connection while it waits, so writes on
+    /// one store are serialised behind it, and while replicas lag each
+    /// write waits out its timeout in turn. A replay writes nothing; its
+    /// `WAIT` waits only for writes still unacknowledged on the connection.
+    ///
+    /// For one server with replicas (under Sentinel, or promoted by hand);
+    /// a cluster connection is refused with a
+    /// [`Config`](idem_core::store::StoreErrorKind::Config) error, since
+    /// `WAIT` must reach the node that took the write.
+    pub fn with_replica_acks(
+        mut self,
+        replicas: u32,
+        timeout: std::time::Duration,
+    ) -> Result<RedisStore, StoreError> {
+        if self.connection_kind.contains("cluster") {
+            return Err(StoreError::config(
+                BACKEND,
+                "waiting for replicas is for one server and its replicas, not a cluster connection",
+            ));
+        }
+        self.replica_acks = (replicas > 0).then(|| ReplicaAcks {
+            replicas,
+            // At least 1 ms: `WAIT … 0` would wait forever.
+            timeout_ms: u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        });
+        Ok(self)
     }
 
     /// Sets the prefix put before every key (default
@@ -247,6 +360,71 @@ impl RedisStore {
         }
         Ok(self)
     }
+    /// `insert`: the claim, and, when the store waits for replicas, their
+    /// acknowledgement of a claim that inserted.
+    async fn claim(
+        &self,
+        key: &[u8],
+        encoded: &Encoded<'_>,
+        token: Token,
+    ) -> Result<Insert, StoreError> {
+        let (reply, acks) = self
+            .write(&claim_command(key, encoded))
+            .await
+            .map_err(|e| failed(key, e))?;
+        let found = match reply {
+            Value::Nil => return self.claimed(key, acks, token).await,
+            Value::BulkString(value) => record::decode(key, value, SETTLED_FOUND_PTTL)?,
+            other => return Err(unexpected(other)),
+        };
+        let found = if found.state == State::InFlight && found.token != token {
+            // Its lease left decides between waiting and taking over: claim
+            // again with the key's `PTTL` in one transaction.
+            let claimed = self
+                .write_with_ttl(key, claim_command(key, encoded), |found| {
+                    found.is_none_or(|found| found.token == token)
+                })
+                .await;
+            match claimed {
+                Ok(None) => return Ok(Insert::Inserted),
+                Ok(Some(found)) => found,
+                Err(error) => return Err(self.unclaim(key, token, error).await),
+            }
+        } else {
+            found
+        };
+        if found.token == token {
+            // Only this call holds its new token: finding it means a resent
+            // request (a cluster client resends after a timeout) found what
+            // its first attempt inserted.
+            return self.claimed(key, acks, token).await;
+        }
+        Ok(Insert::Found(found))
+    }
+
+    /// A claim that inserted, once its replicas acknowledged it.
+    async fn claimed(
+        &self,
+        key: &[u8],
+        acks: Option<i64>,
+        token: Token,
+    ) -> Result<Insert, StoreError> {
+        match self.replicated(key, acks) {
+            Ok(()) => Ok(Insert::Inserted),
+            Err(error) => Err(self.unclaim(key, token, error).await),
+        }
+    }
+
+    /// A claim that may stand on the master although it failed: its key is
+    /// given back (best effort) so that a retry need not wait out the lease.
+    async fn unclaim(&self, key: &[u8], token: Token, error: StoreError) -> StoreError {
+        if self.replica_acks.is_some() {
+            let _ = self
+                .compare_and_set(&SCRIPTS.remove, key, None, token, None)
+                .await;
+        }
+        error
+    }
 }
 
 fn config(error: redis::RedisError) -> StoreError {
@@ -257,38 +435,7 @@ fn config(error: redis::RedisError) -> StoreError {
 impl Store for RedisStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         let key = self.redis_key(key);
-        let encoded = Encoded::new(record);
-        let reply = self
-            .connection
-            .query(&claim_command(&key, &encoded))
-            .await
-            .map_err(|e| failed(&key, e))?;
-        let found = match reply {
-            Value::Nil => return Ok(Insert::Inserted),
-            Value::BulkString(value) => record::decode(&key, value, SETTLED_FOUND_PTTL)?,
-            other => return Err(unexpected(other)),
-        };
-        let found = if found.state == State::InFlight && found.token != record.token {
-            // Its lease left decides between waiting and taking over: claim
-            // again with the key's `PTTL` in one transaction.
-            match self
-                .read_with_ttl(&key, claim_command(&key, &encoded))
-                .await?
-            {
-                None => return Ok(Insert::Inserted),
-                Some(found) => found,
-            }
-        } else {
-            found
-        };
-        Ok(if found.token == record.token {
-            // Only this call holds its new token: finding it means a resent
-            // request (a cluster client resends after a timeout) found what
-            // its first attempt inserted.
-            Insert::Inserted
-        } else {
-            Insert::Found(found)
-        })
+        self.claim(&key, &Encoded::new(record), record.token).await
     }
 
     async fn swap(
@@ -337,15 +484,18 @@ impl Store for RedisStore {
     async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
         let key = self.redis_key(key);
         let script = &SCRIPTS.reset;
-        let reply = script
-            .run(&*self.connection, &script.call(&key, 0))
+        let (reply, acks) = self
+            .write_script(script, &script.call(&key, 0))
             .await
             .map_err(|e| failed(&key, e))?;
         match reply {
             Value::Int(0) => Ok(Reset::Absent),
             Value::Int(-1) => Ok(Reset::InFlight),
             Value::Int(code @ (1 | 2)) => match u8::try_from(code).ok().and_then(State::from_u8) {
-                Some(state) => Ok(Reset::Deleted(state)),
+                Some(state) => {
+                    self.replicated(&key, acks)?;
+                    Ok(Reset::Deleted(state))
+                }
                 None => Err(unexpected(Value::Int(code))),
             },
             Value::BulkString(value) => Err(crate::error::refused(&key, value)),

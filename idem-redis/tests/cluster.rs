@@ -72,3 +72,15 @@ async fn records_spread_over_every_master_and_replay_from_each() {
         assert!(keys > 0, "no record landed on {url}");
     }
 }
+
+/// `WAIT` must reach the node that took the write, which a cluster
+/// connection does not promise: replica acks are refused with a typed
+/// configuration error.
+#[tokio::test]
+async fn replica_acks_are_refused_on_a_cluster_connection() {
+    let refused = cluster_store()
+        .await
+        .with_replica_acks(1, std::time::Duration::from_secs(1))
+        .expect_err("a cluster connection cannot wait for replicas");
+    assert_eq!(refused.kind(), idem_core::store::StoreErrorKind::Config);
+}

@@ -29,3 +29,40 @@ mod near_cache {
 
     idem_conformance::store_tests!(factory);
 }
+
+/// The whole kit again on a master of its own with one replica, through a
+/// store that waits for the replica to acknowledge every write: the
+/// pipelines that carry `WAIT` change no answer.
+mod replica_acks {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use idem_conformance::Fixture;
+    use idem_redis::RedisStore;
+
+    use super::support::servers::{self, Servers};
+
+    /// The servers, or why there are none; torn down with the binary.
+    static SERVERS: OnceLock<Result<(Servers, Servers), String>> = OnceLock::new();
+
+    async fn factory() -> Fixture {
+        let servers = SERVERS.get_or_init(|| match servers::binaries_missing() {
+            Some(reason) => Err(reason),
+            None => Ok(Servers::replicated()
+                .unwrap_or_else(|e| panic!("cannot start a master and a replica: {e}"))),
+        });
+        let master = match servers {
+            Ok((master, _)) => master.urls().remove(0),
+            Err(reason) => super::support::skip_binary(reason),
+        };
+        let store = RedisStore::connect(master.as_str())
+            .await
+            .expect("connect to the master")
+            .with_prefix(super::support::unique_prefix())
+            .with_replica_acks(1, Duration::from_secs(5))
+            .expect("a single server takes replica acks");
+        Fixture::new(store, ())
+    }
+
+    idem_conformance::store_tests!(factory);
+}

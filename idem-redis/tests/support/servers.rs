@@ -64,6 +64,22 @@ impl Servers {
         Servers::start(&[port], "")
     }
 
+    /// A master and one replica of it, synced: `(master, replica)`.
+    pub(crate) fn replicated() -> Result<(Servers, Servers), String> {
+        let master = Servers::standalone()?;
+        let replica = Servers::start(
+            &free_ports(1),
+            &format!("--replicaof 127.0.0.1 {}", master.ports[0]),
+        )?;
+        let url = &replica.urls()[0];
+        poll(Duration::from_secs(20), || {
+            let info = query::<String>(url, redis::cmd("INFO").arg("replication"))?;
+            Ok(info.contains("master_link_status:up"))
+        })
+        .map_err(|e| format!("{url} never synced with its master: {e}"))?;
+        Ok((master, replica))
+    }
+
     /// A Redis Cluster of `masters` masters and no replicas, every slot
     /// assigned and `cluster_state:ok` on every node.
     pub(crate) fn cluster(masters: usize) -> Result<Servers, String> {
