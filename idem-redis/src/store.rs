@@ -258,6 +258,10 @@ impl RedisStore {
     /// write waits out its timeout in turn. A replay writes nothing; its
     /// `WAIT` waits only for writes still unacknowledged on the connection.
     ///
+    /// Keep `timeout` below the connection's response timeout, or a lagging
+    /// replica shows as a timed-out call: `connect` uses redis-rs's 500 ms,
+    /// `connect_sentinel` 5 s.
+    ///
     /// For one server with replicas (under Sentinel, or promoted by hand);
     /// a cluster connection is refused with a
     /// [`Config`](idem_core::store::StoreErrorKind::Config) error, since
