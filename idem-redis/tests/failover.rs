@@ -23,13 +23,14 @@ mod support;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_core::{Error, Idempotent, When};
 use idem_redis::RedisStore;
+use idem_testing::process::{free_port, redis_server, Process};
 
 /// A TCP relay from a replica to its master that can be told to stop
 /// passing the master's stream (what the master sends is left unread in
@@ -110,49 +111,10 @@ impl Relay {
     }
 }
 
-/// A server process, killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn redis_server(dir: &Path, args: &[String]) -> Process {
-    let child = Command::new("redis-server")
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server starts");
-    Process(child)
-}
-
 /// A data server on `port`, a replica of `master` when given; `promotable`
 /// says whether the Sentinel may make it a master.
 fn data_server(dir: &Path, port: u16, master: Option<u16>, promotable: bool) -> Process {
     let mut args: Vec<String> = [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
         "--logfile",
         &format!("{port}.log"),
         // A replica that joins is copied at once, not after 5 s.
@@ -167,7 +129,7 @@ fn data_server(dir: &Path, port: u16, master: Option<u16>, promotable: bool) -> 
     if !promotable {
         args.extend(["--replica-priority".into(), "0".into()]);
     }
-    redis_server(dir, &args)
+    redis_server(dir, port, &args).expect("redis-server starts")
 }
 
 /// A Sentinel on `port` watching the master on `master` as `m`.
@@ -184,10 +146,15 @@ fn sentinel(dir: &Path, port: u16, master: u16) -> Process {
         ),
     )
     .unwrap();
-    redis_server(
-        dir,
-        &[config.to_string_lossy().into_owned(), "--sentinel".into()],
-    )
+    let child = std::process::Command::new("redis-server")
+        .arg(&config)
+        .arg("--sentinel")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server starts as a Sentinel");
+    Process::from(child)
 }
 
 /// Runs `command` on the server at `port` until `done` accepts its reply.
@@ -379,7 +346,9 @@ async fn storm(acks: bool) -> Option<Figures> {
             wait_for(&completed, before + 50, "no calls completed during the lag");
         }
         // SIGKILL, and the stream the relay held back is gone with it.
-        drop(master.take());
+        if let Some(master) = master.take() {
+            master.kill();
+        }
         relay.cut();
         let promoted = format!("{replica_port}");
         until(

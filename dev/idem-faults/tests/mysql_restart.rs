@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use idem_core::{Error, Idempotent, When};
 use idem_mysql::sqlx::mysql::MySqlPoolOptions;
 use idem_mysql::MySqlStore;
+use idem_testing::process::free_port;
 
 const LEASE: Duration = Duration::from_millis(1500);
 
@@ -141,14 +142,6 @@ fn is_file(path: &Path) -> bool {
 fn user() -> String {
     let out = Command::new("id").arg("-un").output().expect("id runs");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Everything the callers saw, for the checks at the end.

@@ -3,13 +3,13 @@
 //! outcome or a typed `Store` error saying whether the work ran, and the
 //! same store object works again afterwards without being rebuilt.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Error, Idempotent, When};
 use idem_faults::{postgres_url, unique_name};
+use idem_testing::process::{free_port, redis_server, Process};
 
 /// What a stream of calls under an outage saw.
 #[derive(Debug, Default)]
@@ -79,35 +79,12 @@ async fn load(idem: Idempotent, stop: Arc<AtomicBool>, recovered: Arc<AtomicBool
     total
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start_redis(port: u16, dir: &std::path::Path) -> Option<Child> {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .spawn();
-    match child {
-        Ok(child) => {
+fn start_redis(port: u16, dir: &std::path::Path) -> Option<Process> {
+    match redis_server(dir, port, &[]) {
+        Ok(server) => {
             for _ in 0..200 {
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Some(child);
+                    return Some(server);
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -125,7 +102,7 @@ fn start_redis(port: u16, dir: &std::path::Path) -> Option<Child> {
 async fn redis_restarted_under_load_gives_typed_errors_then_serves_again() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let Some(mut server) = start_redis(port, dir.path()) else {
+    let Some(server) = start_redis(port, dir.path()) else {
         return;
     };
     let url = format!("redis://127.0.0.1:{port}");
@@ -138,17 +115,15 @@ async fn redis_restarted_under_load_gives_typed_errors_then_serves_again() {
     let calls = tokio::spawn(load(idem.clone(), stop.clone(), recovered.clone()));
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut server = start_redis(port, dir.path()).expect("redis-server restarts");
+    let server = start_redis(port, dir.path()).expect("redis-server restarts");
     recovered.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, Ordering::SeqCst);
     let tally = calls.await.unwrap();
     println!("redis restart: {tally:?}");
-    server.kill().unwrap();
-    let _ = server.wait();
+    server.kill();
 
     assert!(
         tally.before_work + tally.after_work + tally.lost > 0,
