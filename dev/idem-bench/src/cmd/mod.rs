@@ -3,6 +3,7 @@
 
 pub mod headline;
 pub mod inbox;
+pub mod replicas;
 pub mod scale;
 pub mod serve;
 pub mod wake;

@@ -1,0 +1,6 @@
+//! `replica-bench`: see `idem_bench::cmd::replicas`; `--help` explains the options.
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    idem_bench::cmd::replicas::main()
+}
