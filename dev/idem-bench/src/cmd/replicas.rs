@@ -24,6 +24,10 @@ use crate::stats::median;
 #[derive(Debug, Parser)]
 #[command(name = "replica-bench", version)]
 struct Args {
+    /// A short run for CI: one round of 200 ms a row, 1 and 8 callers.
+    #[arg(long)]
+    quick: bool,
+
     /// Rounds per row; the median is reported.
     #[arg(long, default_value_t = 5)]
     reps: usize,
@@ -145,7 +149,10 @@ async fn run(args: &Args) -> Result<Vec<(usize, &'static str, f64, f64)>, String
 
 /// Runs the binary: reads its command line, measures, prints.
 pub fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if args.quick {
+        (args.reps, args.duration_ms, args.callers) = (1, 200, vec![1, 8]);
+    }
     let runtime = match cli::runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
