@@ -267,6 +267,8 @@ impl RedisStore {
     /// replica shows as a timed-out call: `connect` uses redis-rs's 500 ms,
     /// `connect_sentinel` 5 s.
     ///
+    /// `replicas` 0 turns the waiting off.
+    ///
     /// For one server with replicas (under Sentinel, or promoted by hand);
     /// a cluster connection is refused with a
     /// [`Config`](idem_core::store::StoreErrorKind::Config) error, since
