@@ -2,9 +2,9 @@
 //! storm of calls, its replica promoted, the old master back as the new
 //! one's replica. With [`RedisStore::with_replica_acks`] no key runs twice
 //! under its live lease and every outcome a caller was told replays after
-//! the failover; without it the same storm's figures are printed (losing a
-//! claim there is the documented risk of asynchronous replication, so it is
-//! not asserted either way).
+//! the failover; without it the same storm loses told outcomes, the
+//! documented risk of asynchronous replication, and its figures are
+//! printed.
 //!
 //! The servers are this test's own, on free ports: a master, one replica
 //! and one Sentinel (quorum 1). With one replica the Sentinel has one
@@ -428,7 +428,7 @@ async fn with_replica_acks_a_failover_runs_nothing_twice_and_loses_no_outcome() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_replica_acks_a_failover_is_measured() {
+async fn without_replica_acks_a_failover_loses_told_outcomes() {
     for trial in 1..=trials() {
         let Some(figures) = storm(false).await else {
             return;
