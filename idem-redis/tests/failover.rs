@@ -21,95 +21,15 @@
 #[allow(dead_code)]
 mod support;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{Error, Idempotent, When};
+use idem_core::Idempotent;
 use idem_redis::RedisStore;
 use idem_testing::process::{free_port, redis_server, Process};
-
-/// A TCP relay from a replica to its master that can be told to stop
-/// passing the master's stream (what the master sends is left unread in
-/// the socket), and then to cut every connection and refuse new ones.
-struct Relay {
-    port: u16,
-    stalled: Arc<AtomicBool>,
-    cut: Arc<tokio::sync::Notify>,
-}
-
-impl Relay {
-    async fn start(upstream: u16) -> Relay {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let stalled = Arc::new(AtomicBool::new(false));
-        let cut = Arc::new(tokio::sync::Notify::new());
-        let (stalled_here, cut_here) = (stalled.clone(), cut.clone());
-        tokio::spawn(async move {
-            let cut_all = cut_here.notified();
-            tokio::pin!(cut_all);
-            loop {
-                let (downstream, _) = tokio::select! {
-                    accepted = listener.accept() => match accepted {
-                        Ok(accepted) => accepted,
-                        Err(_) => return,
-                    },
-                    () = &mut cut_all => return,
-                };
-                let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
-                else {
-                    continue;
-                };
-                let (stalled, cut) = (stalled_here.clone(), cut_here.clone());
-                tokio::spawn(async move {
-                    let (mut down_read, mut down_write) = downstream.into_split();
-                    let (mut up_read, mut up_write) = upstream.into_split();
-                    let to_master = tokio::io::copy(&mut down_read, &mut up_write);
-                    let to_replica = async {
-                        let mut buffer = vec![0; 64 * 1024];
-                        loop {
-                            if stalled.load(Ordering::SeqCst) {
-                                return std::future::pending::<()>().await;
-                            }
-                            let read =
-                                tokio::io::AsyncReadExt::read(&mut up_read, &mut buffer).await;
-                            let Ok(read @ 1..) = read else { return };
-                            if stalled.load(Ordering::SeqCst) {
-                                // Read after the stall began: dropped.
-                                return std::future::pending::<()>().await;
-                            }
-                            let written = tokio::io::AsyncWriteExt::write_all(
-                                &mut down_write,
-                                &buffer[..read],
-                            )
-                            .await;
-                            if written.is_err() {
-                                return;
-                            }
-                        }
-                    };
-                    tokio::select! {
-                        _ = to_master => {}
-                        () = to_replica => {}
-                        () = cut.notified() => {}
-                    }
-                });
-            }
-        });
-        Relay { port, stalled, cut }
-    }
-
-    fn stall(&self) {
-        self.stalled.store(true, Ordering::SeqCst);
-    }
-
-    fn cut(&self) {
-        self.cut.notify_waiters();
-    }
-}
+use idem_testing::relay::Relay;
+use idem_testing::storm::{Figures, Storm};
 
 /// A data server on `port`, a replica of `master` when given; `promotable`
 /// says whether the Sentinel may make it a master.
@@ -198,19 +118,6 @@ fn print_sentinel_log(dir: &Path, port: u16) {
     }
 }
 
-/// What one storm saw.
-#[derive(Debug, Default)]
-struct Figures {
-    keys: usize,
-    told: usize,
-    second_runs: usize,
-    lost_outcomes: usize,
-    errors_before_work: usize,
-    errors_after_work: usize,
-    in_flight: usize,
-    told_after_failover: usize,
-}
-
 async fn storm(acks: bool) -> Option<Figures> {
     if let Some(reason) = support::servers::binaries_missing() {
         return support::skip(&reason);
@@ -219,7 +126,7 @@ async fn storm(acks: bool) -> Option<Figures> {
     let (master_port, replica_port, sentinel_port) = (free_port(), free_port(), free_port());
     let mut master = Some(data_server(dir.path(), master_port, None, true));
     let relay = Relay::start(master_port).await;
-    let _replica = data_server(dir.path(), replica_port, Some(relay.port), true);
+    let _replica = data_server(dir.path(), replica_port, Some(relay.port()), true);
     until(
         replica_port,
         &["INFO", "replication"],
@@ -247,94 +154,17 @@ async fn storm(acks: bool) -> Option<Figures> {
     };
     // Every second run in this storm is one under a live lease.
     let idem = Idempotent::new(store).with_lease(Duration::from_secs(120));
-    let effects: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-    let told: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-    let (stop, failed_over) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let (completed, after) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let figures = Arc::new(Mutex::new(Figures::default()));
-    let callers: Vec<_> = (0..8)
-        .map(|caller| {
-            let (idem, effects, told) = (idem.clone(), effects.clone(), told.clone());
-            let (stop, failed_over) = (stop.clone(), failed_over.clone());
-            let (completed, after, figures) = (completed.clone(), after.clone(), figures.clone());
-            tokio::spawn(async move {
-                let mut n = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    n += 1;
-                    let key = format!("c{caller}-{n}");
-                    figures.lock().unwrap().keys += 1;
-                    // The same key until it is told an outcome, or is left
-                    // in flight under its lease.
-                    loop {
-                        let effect = (effects.clone(), key.clone());
-                        let out: Result<String, Error<String>> = idem
-                            .execute(&key, &key, || async move {
-                                *effect
-                                    .0
-                                    .lock()
-                                    .unwrap()
-                                    .entry(effect.1.clone())
-                                    .or_default() += 1;
-                                Ok(format!("outcome of {}", effect.1))
-                            })
-                            .await;
-                        match out {
-                            Ok(outcome) => {
-                                told.lock().unwrap().insert(key.clone(), outcome);
-                                completed.fetch_add(1, Ordering::SeqCst);
-                                if failed_over.load(Ordering::SeqCst) {
-                                    after.fetch_add(1, Ordering::SeqCst);
-                                }
-                                break;
-                            }
-                            Err(Error::Store {
-                                when: When::BeforeWork,
-                                ..
-                            }) => figures.lock().unwrap().errors_before_work += 1,
-                            Err(Error::Store {
-                                when: When::AfterWork,
-                                ..
-                            }) => figures.lock().unwrap().errors_after_work += 1,
-                            Err(Error::InProgress { .. }) => {
-                                figures.lock().unwrap().in_flight += 1;
-                                break;
-                            }
-                            Err(other) => panic!("{key}: {other}"),
-                        }
-                        if stop.load(Ordering::SeqCst) {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-            })
-        })
-        .collect();
-
-    let wait_for = |count: &AtomicUsize, at_least: usize, what: &str| {
-        let give_up = Instant::now() + Duration::from_secs(30);
-        while count.load(Ordering::SeqCst) < at_least {
-            assert!(Instant::now() < give_up, "{what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
-    let refused = || {
-        let figures = figures.lock().unwrap();
-        figures.errors_before_work + figures.errors_after_work
-    };
+    let storm = Storm::start(&idem, 8);
     tokio::task::block_in_place(|| {
-        wait_for(&completed, 300, "no calls completed before the lag");
+        storm.wait(Storm::told, 300, "no calls completed before the lag");
         relay.stall();
         // Writes during the lag: told without replica acks, refused with.
         let lag_began = Instant::now();
         if acks {
             // `WAIT` holds the store's one connection, so the refusals come
             // one timeout (500 ms) after another: two show the lag.
-            let before = refused();
-            while refused() < before + 2 {
+            let before = storm.refused();
+            while storm.refused() < before + 2 {
                 if lag_began.elapsed() > Duration::from_secs(30) {
                     print_sentinel_log(dir.path(), sentinel_port);
                     panic!("no write refused");
@@ -342,8 +172,12 @@ async fn storm(acks: bool) -> Option<Figures> {
                 std::thread::sleep(Duration::from_millis(5));
             }
         } else {
-            let before = completed.load(Ordering::SeqCst);
-            wait_for(&completed, before + 50, "no calls completed during the lag");
+            let before = storm.told();
+            storm.wait(
+                Storm::told,
+                before + 50,
+                "no calls completed during the lag",
+            );
         }
         // SIGKILL, and the stream the relay held back is gone with it.
         if let Some(master) = master.take() {
@@ -357,7 +191,7 @@ async fn storm(acks: bool) -> Option<Figures> {
             "the Sentinel promotes the replica",
             |v| text(v).contains(&promoted),
         );
-        failed_over.store(true, Ordering::SeqCst);
+        storm.fault_ended();
         // The old master comes back, empty, as the new master's replica.
         // It is never promoted: a Sentinel that takes a slow answer from
         // the new master for its death (300 ms here, on a loaded machine)
@@ -368,32 +202,13 @@ async fn storm(acks: bool) -> Option<Figures> {
             Some(replica_port),
             false,
         ));
-        wait_for(&after, 300, "service did not resume after the failover");
+        storm.wait(
+            Storm::told_after_fault,
+            300,
+            "service did not resume after the failover",
+        );
     });
-    stop.store(true, Ordering::SeqCst);
-    for caller in callers {
-        caller.await.unwrap();
-    }
-
-    let effects = effects.lock().unwrap().clone();
-    let told = told.lock().unwrap().clone();
-    let mut figures = Arc::try_unwrap(figures).unwrap().into_inner().unwrap();
-    figures.told = told.len();
-    figures.told_after_failover = after.load(Ordering::SeqCst);
-    figures.second_runs = effects.values().map(|runs| runs.saturating_sub(1)).sum();
-    for (key, outcome) in &told {
-        let ran = Arc::new(AtomicBool::new(false));
-        let ran_here = ran.clone();
-        let replay: Result<String, Error<String>> = idem
-            .execute(key, key, || async move {
-                ran_here.store(true, Ordering::SeqCst);
-                Ok("run again".to_owned())
-            })
-            .await;
-        if ran.load(Ordering::SeqCst) || replay.as_ref().ok() != Some(outcome) {
-            figures.lost_outcomes += 1;
-        }
-    }
+    let figures = storm.finish().await;
     drop(master);
     if figures.lost_outcomes > 0 || figures.second_runs > 0 {
         print_sentinel_log(dir.path(), sentinel_port);
@@ -424,6 +239,7 @@ async fn with_replica_acks_a_failover_runs_nothing_twice_and_loses_no_outcome() 
             figures.lost_outcomes, 0,
             "a told outcome was lost: {figures:?}"
         );
+        assert_eq!(figures.wrong_when, 0, "{figures:?}");
     }
 }
 
@@ -441,5 +257,6 @@ async fn without_replica_acks_a_failover_loses_told_outcomes() {
             figures.lost_outcomes > 0,
             "the lag lost nothing: {figures:?}"
         );
+        assert_eq!(figures.wrong_when, 0, "{figures:?}");
     }
 }

@@ -33,6 +33,7 @@ pub mod legacy;
 mod names;
 pub mod process;
 pub mod races;
+pub mod relay;
 mod server;
 mod skip;
 mod sql;
@@ -41,6 +42,7 @@ pub mod sql_races;
 mod sql_tx;
 #[cfg(feature = "stores")]
 mod stores;
+pub mod storm;
 pub mod upstream;
 pub mod waiting;
 
