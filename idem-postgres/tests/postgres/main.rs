@@ -6,6 +6,7 @@
 mod support;
 
 mod batch;
+mod failover;
 mod legacy;
 mod names_and_rows;
 mod pools_and_faults;
