@@ -85,6 +85,15 @@
 //! (it needs free disk about the file's size), or `VACUUM INTO` a new file
 //! and swap it in. `dev/idem-bench/notes/2026-12-01-purge-at-scale.md`
 //! shows the file size and free pages after a churn.
+//!
+//! When the disk fills, SQLite refuses the write (`SQLITE_FULL`) and rolls
+//! it back: every call of the refused commit fails with a backend
+//! [`StoreError`](idem_core::store::StoreError) whose `When` says whether
+//! its work ran, the file stays whole, and once space is freed the same
+//! store writes again, without reopening. Writes that fit in space the
+//! write-ahead log already holds still succeed while the disk is full.
+//! `tests/sqlite/disk_full.rs` fills a small `tmpfs` mid-storm and checks
+//! all of it, `PRAGMA integrity_check` included.
 #![forbid(unsafe_code)]
 
 mod error;

@@ -4,6 +4,7 @@
 mod batching;
 mod contract;
 mod crash;
+mod disk_full;
 mod files;
 mod legacy;
 mod locking;
