@@ -35,9 +35,9 @@ mod ops;
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
 pub mod raw;
+mod reconnect;
 mod record;
 mod scripts;
-mod sentinel;
 mod store;
 mod wake;
 

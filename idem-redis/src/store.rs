@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClient;
 use redis::{IntoConnectionInfo, Value};
 
@@ -132,16 +133,23 @@ impl fmt::Debug for RedisStore {
 impl RedisStore {
     /// Connects to one Redis server, for example `redis://127.0.0.1:6379`.
     ///
-    /// The store holds a [`ConnectionManager`]: one multiplexed connection
-    /// that reconnects by itself after the server restarts or the
-    /// connection drops (the call that finds it broken fails; later calls
-    /// use the new connection). The scripts are loaded up front.
+    /// The store keeps one multiplexed connection, with a 1 s timeout to
+    /// connect and a 500 ms one for each reply. A call that finds the
+    /// connection gone or gets no reply in time fails with a backend
+    /// error, and the next call opens a new connection: the store serves
+    /// again after the server restarts, the connection drops, or the
+    /// connection goes half-open (requests arrive, no reply comes back),
+    /// which a connection kept after a timeout would never recover from.
+    /// The scripts are loaded up front.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(config)?;
-        let manager = ConnectionManager::new(client.clone())
+        let timeouts = (Duration::from_secs(1), Duration::from_millis(500));
+        let server = crate::reconnect::Reconnecting::server(client.clone(), timeouts);
+        server
+            .connection()
             .await
             .map_err(|e| StoreError::backend(BACKEND, e))?;
-        RedisStore::from_connection(manager)
+        RedisStore::on(Arc::new(server), "server")
             .with_wake_client(client)
             .load_scripts()
             .await
@@ -169,7 +177,7 @@ impl RedisStore {
 
     /// Uses a connection you already have: a
     /// [`MultiplexedConnection`](redis::aio::MultiplexedConnection), a
-    /// [`ConnectionManager`] or a cluster
+    /// [`ConnectionManager`](redis::aio::ConnectionManager) or a cluster
     /// [`ClusterConnection`](redis::cluster_async::ClusterConnection). Any
     /// clone-to-share connection works; each call runs on a clone of it.
     ///
@@ -230,7 +238,7 @@ impl RedisStore {
             redis::sentinel::SentinelServerType::Master,
         )
         .map_err(config)?;
-        let master = crate::sentinel::SentinelMaster::new(client);
+        let master = crate::reconnect::Reconnecting::sentinel(client);
         master
             .connection()
             .await
