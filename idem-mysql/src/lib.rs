@@ -180,6 +180,15 @@
 //! drops the broken connection and opens a new one for later calls. A row
 //! that does not decode is a corrupt `StoreError`; a missing table, a bad
 //! name or an unsupported server a config one.
+//!
+//! Each of the store's statements, the wait for a connection included, is
+//! bounded by [`with_statement_timeout`](MySqlStore::with_statement_timeout)
+//! (10 s by default): a connection that stops answering (half-open, or
+//! behind a partition) fails its call with a backend error and is closed,
+//! and the pool opens a new one, so the store serves again once the
+//! network does. `dev/idem-faults/tests/network.rs` runs a storm through
+//! latency, starved bandwidth, resets, half-open connections and a
+//! partition.
 #![forbid(unsafe_code)]
 
 mod error;
@@ -198,7 +207,7 @@ pub mod raw;
 
 pub use schema::DEFAULT_TABLE;
 pub use sqlx;
-pub use store::MySqlStore;
+pub use store::{MySqlStore, DEFAULT_STATEMENT_TIMEOUT};
 pub use tx::TxFuture;
 
 /// The backend name in this crate's [`StoreError`](idem_core::store::StoreError)s.

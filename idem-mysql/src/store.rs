@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
@@ -70,7 +71,12 @@ const PURGE_CHUNK: usize = 500;
 pub struct MySqlStore {
     pub(crate) pool: MySqlPool,
     pub(crate) sql: Arc<Statements>,
+    timeout: Duration,
 }
+
+/// How long one of the store's statements may take by default, the wait
+/// for a connection included.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl fmt::Debug for MySqlStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -110,7 +116,26 @@ impl MySqlStore {
         MySqlStore {
             pool,
             sql: Arc::new(Statements::new(TableName::default())),
+            timeout: DEFAULT_STATEMENT_TIMEOUT,
         }
+    }
+
+    /// Bounds each of the store's own statements, the wait for a pool
+    /// connection included, to `timeout` (default
+    /// [`DEFAULT_STATEMENT_TIMEOUT`], 10 s). A statement that takes longer
+    /// fails with a backend error (its call's `When` says whether the work
+    /// ran; the statement itself may or may not have been applied) and its
+    /// connection is closed, not given back to the pool: on a half-open
+    /// connection (requests arrive, no answer comes back) the call would
+    /// otherwise wait forever, and the pool's own check of a returned
+    /// connection would hold its place forever. Keep it above the longest
+    /// a claim may wait on a row lock, which a transaction completing the
+    /// same key ([`complete_in`](MySqlStore::complete_in)) holds until it
+    /// commits. Transactions you run ([`begin`](MySqlStore::begin)) are
+    /// yours to bound.
+    pub fn with_statement_timeout(mut self, timeout: Duration) -> MySqlStore {
+        self.timeout = timeout;
+        self
     }
 
     /// Uses the table `name`: `table` or `database.table`, each part an
@@ -123,6 +148,7 @@ impl MySqlStore {
         Ok(MySqlStore {
             pool: self.pool,
             sql: Arc::new(Statements::new(name)),
+            timeout: self.timeout,
         })
     }
 
@@ -161,11 +187,13 @@ impl MySqlStore {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
-        let done = rerun_deadlocks(|| {
-            bind_record(sqlx::query(sql), record)
-                .bind(key)
-                .bind(&expected.as_bytes()[..])
-                .execute(&self.pool)
+        let done = rerun_deadlocks(|| async move {
+            idem_sql::bounded!(self.pool, self.timeout, |c| {
+                bind_record(sqlx::query(sql), record)
+                    .bind(key)
+                    .bind(&expected.as_bytes()[..])
+                    .execute(c)
+            })
         })
         .await?;
         Ok(done.rows_affected() == 1)
@@ -206,8 +234,10 @@ pub(crate) fn bind_record<'q>(
 #[async_trait]
 impl Store for MySqlStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
-        let row = rerun_deadlocks(|| {
-            bind_record(sqlx::query(&self.sql.insert).bind(key), record).fetch_one(&self.pool)
+        let row = rerun_deadlocks(|| async move {
+            idem_sql::bounded!(self.pool, self.timeout, |c| {
+                bind_record(sqlx::query(&self.sql.insert).bind(key), record).fetch_one(c)
+            })
         })
         .await?;
         let found = crate::row::record(&row)?;
@@ -239,21 +269,21 @@ impl Store for MySqlStore {
     }
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
-        let done = rerun_deadlocks(|| {
-            sqlx::query(&self.sql.remove)
-                .bind(key)
-                .bind(&expected.as_bytes()[..])
-                .execute(&self.pool)
+        let done = rerun_deadlocks(|| async move {
+            idem_sql::bounded!(self.pool, self.timeout, |c| {
+                sqlx::query(&self.sql.remove)
+                    .bind(key)
+                    .bind(&expected.as_bytes()[..])
+                    .execute(c)
+            })
         })
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let row = sqlx::query(&self.sql.load)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
+        let query = sqlx::query(&self.sql.load).bind(key);
+        let row = idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_optional(c))
             .map_err(error)?;
         row.map(|row| record(&row)).transpose()
     }
@@ -265,19 +295,23 @@ impl Store for MySqlStore {
     /// was written after the delete looked, so the delete runs again.
     async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
         for _ in 0..RESET_ROUNDS {
-            let deleted: Option<i8> = rerun_deadlocks(|| {
-                sqlx::query_scalar(&self.sql.reset)
-                    .bind(key)
-                    .fetch_optional(&self.pool)
+            let deleted: Option<i8> = rerun_deadlocks(|| async move {
+                idem_sql::bounded!(self.pool, self.timeout, |c| {
+                    sqlx::query_scalar(&self.sql.reset)
+                        .bind(key)
+                        .fetch_optional(c)
+                })
             })
             .await?;
             if let Some(code) = deleted {
                 return Ok(Reset::Deleted(state(key, code)?));
             }
-            let found: Option<i8> = rerun_deadlocks(|| {
-                sqlx::query_scalar(&self.sql.live_state)
-                    .bind(key)
-                    .fetch_optional(&self.pool)
+            let found: Option<i8> = rerun_deadlocks(|| async move {
+                idem_sql::bounded!(self.pool, self.timeout, |c| {
+                    sqlx::query_scalar(&self.sql.live_state)
+                        .bind(key)
+                        .fetch_optional(c)
+                })
             })
             .await?;
             match found.map(|code| state(key, code)).transpose()? {
@@ -296,24 +330,23 @@ impl Store for MySqlStore {
         if limit == 0 {
             return Ok(0);
         }
-        let keys: Vec<Vec<u8>> = sqlx::query_scalar(&self.sql.expired)
-            .bind(u64::try_from(limit).unwrap_or(u64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(error)?;
+        let query =
+            sqlx::query_scalar(&self.sql.expired).bind(u64::try_from(limit).unwrap_or(u64::MAX));
+        let keys: Vec<Vec<u8>> =
+            idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_all(c)).map_err(error)?;
         let mut deleted = 0;
         for chunk in keys.chunks(PURGE_CHUNK) {
-            let sql = self.sql.delete_expired(chunk.len());
-            let done = rerun_deadlocks(|| {
-                let mut query = sqlx::query(&sql);
-                for key in chunk {
-                    query = query.bind(key);
-                }
-                // Only full chunks repeat their text; the last, shorter
-                // one would crowd the connection's statement cache.
-                query
-                    .persistent(chunk.len() == PURGE_CHUNK)
-                    .execute(&self.pool)
+            let sql = &self.sql.delete_expired(chunk.len());
+            let done = rerun_deadlocks(|| async move {
+                idem_sql::bounded!(self.pool, self.timeout, |c| {
+                    let mut query = sqlx::query(sql);
+                    for key in chunk {
+                        query = query.bind(key);
+                    }
+                    // Only full chunks repeat their text; the last, shorter
+                    // one would crowd the connection's statement cache.
+                    query.persistent(chunk.len() == PURGE_CHUNK).execute(c)
+                })
             })
             .await?;
             deleted += usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);

@@ -153,6 +153,15 @@
 //! calls. A row that does not decode is a corrupt `StoreError`, a missing
 //! table or a bad name a config one.
 //!
+//! Each of the store's statements, the wait for a connection included, is
+//! bounded by [`with_statement_timeout`](PostgresStore::with_statement_timeout)
+//! (10 s by default): a connection that stops answering (half-open, or
+//! behind a partition) fails its call with a backend error and is closed,
+//! and the pool opens a new one, so the store serves again once the
+//! network does. `dev/idem-faults/tests/network.rs` runs a storm through
+//! latency, starved bandwidth, resets, half-open connections and a
+//! partition.
+//!
 //! # Replication and failover
 //!
 //! What a failover keeps is what the primary waited for before it answered.
@@ -173,11 +182,14 @@
 //! address, a proxy, or DNS that a failover manager moves): broken
 //! connections fail their call with a backend error that says whether the
 //! work ran, and later calls open new ones. A statement cancelled while its
-//! commit waits for the standby (`pg_cancel_backend`) commits on the
-//! primary without it, so do not cancel the store's statements; the store
-//! itself never does. A primary whose standby is gone blocks its commits
-//! until one returns, the price of the guarantee: `ANY 1 (a, b)` with two
-//! standbys keeps serving while one is down.
+//! commit waits for the standby (`pg_cancel_backend`, or a backend ended
+//! because its client left, which `client_connection_check_interval` turns
+//! on) commits on the primary without it. The store never cancels: a
+//! statement past its timeout has its connection closed, and the server
+//! keeps waiting for the standby as long as that setting stays at its
+//! default, 0. A primary whose standby is gone blocks its commits until one
+//! returns, the price of the guarantee: `ANY 1 (a, b)` with two standbys
+//! keeps serving while one is down.
 #![forbid(unsafe_code)]
 
 mod batch;
@@ -199,7 +211,7 @@ pub mod raw;
 
 pub use schema::DEFAULT_TABLE;
 pub use sqlx;
-pub use store::PostgresStore;
+pub use store::{PostgresStore, DEFAULT_STATEMENT_TIMEOUT};
 pub use tx::TxFuture;
 
 /// The backend name in this crate's [`StoreError`](idem_core::store::StoreError)s.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_core::store::{
@@ -72,7 +73,12 @@ pub struct PostgresStore {
     pub(crate) pool: PgPool,
     pub(crate) sql: Arc<Statements>,
     listener: Arc<Listener>,
+    timeout: Duration,
 }
+
+/// How long one of the store's statements may take by default, the wait
+/// for a connection included.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -113,7 +119,26 @@ impl PostgresStore {
             pool,
             sql: Arc::new(Statements::new(TableName::default(), false)),
             listener: Arc::default(),
+            timeout: DEFAULT_STATEMENT_TIMEOUT,
         }
+    }
+
+    /// Bounds each of the store's own statements, the wait for a pool
+    /// connection included, to `timeout` (default
+    /// [`DEFAULT_STATEMENT_TIMEOUT`], 10 s). A statement that takes longer
+    /// fails with a backend error (its call's `When` says whether the work
+    /// ran; the statement itself may or may not have been applied) and its
+    /// connection is closed, not given back to the pool: on a half-open
+    /// connection (requests arrive, no answer comes back) the call would
+    /// otherwise wait forever, and the pool's own check of a returned
+    /// connection would hold its place forever. Keep it above the longest
+    /// a claim may wait on a row lock, which a transaction completing the
+    /// same key ([`complete_in`](PostgresStore::complete_in)) holds until
+    /// it commits. Transactions you run ([`begin`](PostgresStore::begin))
+    /// are yours to bound.
+    pub fn with_statement_timeout(mut self, timeout: Duration) -> PostgresStore {
+        self.timeout = timeout;
+        self
     }
 
     /// Uses the table `name`: `table` or `schema.table`, each part an ASCII
@@ -128,6 +153,7 @@ impl PostgresStore {
             pool: self.pool,
             sql: Arc::new(Statements::new(name, notify)),
             listener: Arc::default(),
+            timeout: self.timeout,
         })
     }
 
@@ -140,6 +166,7 @@ impl PostgresStore {
             pool: self.pool,
             sql: Arc::new(Statements::new(self.sql.name.clone(), on)),
             listener: Arc::default(),
+            timeout: self.timeout,
         }
     }
 
@@ -188,10 +215,10 @@ impl PostgresStore {
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
         let query = sqlx::query(sql).bind(key).bind(&expected.as_bytes()[..]);
-        let done: PgQueryResult = bind_record(query, record)
-            .execute(&self.pool)
-            .await
-            .map_err(error)?;
+        let done: PgQueryResult = idem_sql::bounded!(self.pool, self.timeout, |c| {
+            bind_record(query, record).execute(c)
+        })
+        .map_err(error)?;
         Ok(done.rows_affected() == 1)
     }
 }
@@ -215,10 +242,9 @@ pub(crate) fn bind_record<'q>(
 #[async_trait]
 impl Store for PostgresStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
-        let row = bind_record(sqlx::query(&self.sql.insert).bind(key), record)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(error)?;
+        let query = bind_record(sqlx::query(&self.sql.insert).bind(key), record);
+        let row =
+            idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_one(c)).map_err(error)?;
         let inserted: bool = row.try_get(0).map_err(error)?;
         if inserted {
             Ok(Insert::Inserted)
@@ -239,10 +265,9 @@ impl Store for PostgresStore {
         let query = sqlx::query(&self.sql.settle)
             .bind(key)
             .bind(&expected.as_bytes()[..]);
-        let row = bind_record(query, record)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(error)?;
+        let query = bind_record(query, record);
+        let row =
+            idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_one(c)).map_err(error)?;
         let changed: i64 = row.try_get(0).map_err(error)?;
         Ok(changed == 1)
     }
@@ -257,30 +282,25 @@ impl Store for PostgresStore {
     }
 
     async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
-        let row = sqlx::query(&self.sql.remove)
+        let query = sqlx::query(&self.sql.remove)
             .bind(key)
-            .bind(&expected.as_bytes()[..])
-            .fetch_one(&self.pool)
-            .await
-            .map_err(error)?;
+            .bind(&expected.as_bytes()[..]);
+        let row =
+            idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_one(c)).map_err(error)?;
         let removed: i64 = row.try_get(0).map_err(error)?;
         Ok(removed == 1)
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let row = sqlx::query(&self.sql.load)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
+        let query = sqlx::query(&self.sql.load).bind(key);
+        let row = idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_optional(c))
             .map_err(error)?;
         row.map(|row| record(&row, 0)).transpose()
     }
 
     async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
-        let row = sqlx::query(&self.sql.reset)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
+        let query = sqlx::query(&self.sql.reset).bind(key);
+        let row = idem_sql::bounded!(self.pool, self.timeout, |c| query.fetch_optional(c))
             .map_err(error)?;
         let Some(row) = row else {
             return Ok(Reset::Absent);
@@ -311,11 +331,9 @@ impl Store for PostgresStore {
         if limit == 0 {
             return Ok(0);
         }
-        let done = sqlx::query(&self.sql.purge)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await
-            .map_err(error)?;
+        let query = sqlx::query(&self.sql.purge).bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let done =
+            idem_sql::bounded!(self.pool, self.timeout, |c| query.execute(c)).map_err(error)?;
         Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
     }
 

@@ -40,6 +40,8 @@
 #![forbid(unsafe_code)]
 
 mod begin;
+#[doc(hidden)]
+pub mod bounded;
 mod error;
 mod name;
 mod row;
@@ -48,3 +50,10 @@ pub use begin::begin;
 pub use error::store_error;
 pub use name::{identifier, Dialect, TableName};
 pub use row::{micros, record, remaining, LONGEST};
+
+/// What the exported macros name, so the crates that call them need not
+/// name these themselves.
+#[doc(hidden)]
+pub mod __private {
+    pub use tokio;
+}
