@@ -65,7 +65,8 @@ impl Server {
         }
     }
 
-    const fn default_port(self) -> u16 {
+    /// The port the server listens on by default.
+    pub const fn default_port(self) -> u16 {
         match self {
             Server::Redis => 6379,
             Server::Postgres => 5432,
