@@ -277,21 +277,13 @@ impl RedisStore {
     ///
     /// `replicas` 0 turns the waiting off.
     ///
-    /// For one server with replicas (under Sentinel, or promoted by hand);
-    /// a cluster connection is refused with a
-    /// [`Config`](idem_core::store::StoreErrorKind::Config) error, since
-    /// `WAIT` must reach the node that took the write.
-    pub fn with_replica_acks(
-        mut self,
-        replicas: u32,
-        timeout: std::time::Duration,
-    ) -> Result<RedisStore, StoreError> {
-        if self.connection_kind.contains("cluster") {
-            return Err(StoreError::config(
-                BACKEND,
-                "waiting for replicas is for one server and its replicas, not a cluster connection",
-            ));
-        }
+    /// For one server with replicas (under Sentinel, or promoted by hand)
+    /// and for a Redis Cluster with replicas: on a cluster connection the
+    /// `WAIT` goes in the write's own pipeline, which the connection sends
+    /// to the node that owns the key, so it counts that master's replicas
+    /// (a cluster promotes a replica that acknowledged only if it is the
+    /// one it picks: give each master one replica, or wait for them all).
+    pub fn with_replica_acks(mut self, replicas: u32, timeout: std::time::Duration) -> RedisStore {
         self.replica_acks = (replicas > 0).then(|| ReplicaAcks {
             replicas,
             // At least 1 ms: `WAIT … 0` would wait forever.
@@ -299,7 +291,7 @@ impl RedisStore {
                 .unwrap_or(u64::MAX)
                 .max(1),
         });
-        Ok(self)
+        self
     }
 
     /// Sets the prefix put before every key (default

@@ -73,14 +73,36 @@ async fn records_spread_over_every_master_and_replay_from_each() {
     }
 }
 
-/// `WAIT` must reach the node that took the write, which a cluster
-/// connection does not promise: replica acks are refused with a typed
-/// configuration error.
-#[tokio::test]
-async fn replica_acks_are_refused_on_a_cluster_connection() {
-    let refused = cluster_store()
-        .await
-        .with_replica_acks(1, std::time::Duration::from_secs(1))
-        .expect_err("a cluster connection cannot wait for replicas");
-    assert_eq!(refused.kind(), idem_core::store::StoreErrorKind::Config);
+/// The whole kit again on a cluster whose masters have a replica each,
+/// with every write waiting for its master's replica.
+mod replica_acks {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use idem_conformance::Fixture;
+    use idem_redis::RedisStore;
+
+    use super::support::servers::{self, Servers};
+
+    static CLUSTER: OnceLock<Result<Servers, String>> = OnceLock::new();
+
+    async fn factory() -> Fixture {
+        let cluster = CLUSTER.get_or_init(|| match servers::binaries_missing() {
+            Some(reason) => Err(reason),
+            None => Ok(Servers::cluster_with_replicas(3, "")
+                .unwrap_or_else(|e| panic!("cannot start a cluster with replicas: {e}"))),
+        });
+        let urls = match cluster {
+            Ok(servers) => servers.urls(),
+            Err(reason) => super::support::skip_binary(reason),
+        };
+        let store = RedisStore::connect_cluster(urls)
+            .await
+            .expect("connect to the cluster")
+            .with_prefix(super::support::unique_prefix())
+            .with_replica_acks(1, Duration::from_secs(5));
+        Fixture::new(store, ())
+    }
+
+    idem_conformance::store_tests!(factory);
 }

@@ -29,6 +29,10 @@ pub struct Figures {
     pub errors_after_work: usize,
     /// Keys a caller left because another call held them.
     pub in_flight: usize,
+    /// Calls told `LeaseLost`: the work ran, and the record of its claim
+    /// was taken over or is gone (lost in a failover), so its outcome was
+    /// not recorded. The caller leaves the key.
+    pub leases_lost: usize,
     /// Store errors whose `When` was wrong: `BeforeWork` from an attempt
     /// that ran the work, or `AfterWork` from one that did not.
     pub wrong_when: usize,
@@ -57,8 +61,9 @@ pub struct Storm {
 }
 
 impl Storm {
-    /// Starts `callers` callers on `idem`. Any error but a store error or
-    /// a key in flight fails the caller, and [`Storm::finish`] with it.
+    /// Starts `callers` callers on `idem`. Any error but a store error, a
+    /// key in flight or a lost lease fails the caller, and
+    /// [`Storm::finish`] with it.
     pub fn start(idem: &Idempotent, callers: usize) -> Storm {
         let state = Arc::new(State::default());
         let callers = (0..callers)
@@ -186,6 +191,10 @@ async fn call(idem: Idempotent, caller: usize, state: Arc<State>) {
                 }
                 Err(Error::InProgress { .. }) => {
                     state.figures.lock().unwrap().in_flight += 1;
+                    break;
+                }
+                Err(Error::LeaseLost) => {
+                    state.figures.lock().unwrap().leases_lost += 1;
                     break;
                 }
                 Err(other) => panic!("{key}: {other}"),

@@ -34,6 +34,7 @@ rm -rf "$dir"
 #[derive(Debug)]
 pub(crate) struct Servers {
     ports: Vec<u16>,
+    dir: std::path::PathBuf,
     watchdog: Child,
 }
 
@@ -83,7 +84,32 @@ impl Servers {
     /// A Redis Cluster of `masters` masters and no replicas, every slot
     /// assigned and `cluster_state:ok` on every node.
     pub(crate) fn cluster(masters: usize) -> Result<Servers, String> {
-        let servers = Servers::start(&free_ports(masters), "--cluster-enabled yes")?;
+        Servers::cluster_of(masters, 0, "")
+    }
+
+    /// A Redis Cluster of `masters` masters with one replica each, every
+    /// slot assigned, `cluster_state:ok` on every node and every master's
+    /// replica streaming; `extra` server options (a node timeout).
+    pub(crate) fn cluster_with_replicas(masters: usize, extra: &str) -> Result<Servers, String> {
+        let servers = Servers::cluster_of(masters, 1, extra)?;
+        for url in servers.urls() {
+            poll(Duration::from_secs(20), || {
+                let info = query::<String>(&url, redis::cmd("INFO").arg("replication"))?;
+                Ok(
+                    info.contains("role:slave") && info.contains("master_link_status:up")
+                        || info.contains("role:master") && info.contains("connected_slaves:1"),
+                )
+            })
+            .map_err(|e| format!("{url} never had its replica or master: {e}"))?;
+        }
+        Ok(servers)
+    }
+
+    fn cluster_of(masters: usize, replicas: usize, extra: &str) -> Result<Servers, String> {
+        let servers = Servers::start(
+            &free_ports(masters * (1 + replicas)),
+            &format!("--cluster-enabled yes {extra}"),
+        )?;
         let nodes: Vec<String> = servers
             .ports
             .iter()
@@ -92,7 +118,7 @@ impl Servers {
         let create = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("redis-cli --cluster create: {e}"))?;
@@ -133,6 +159,7 @@ impl Servers {
             .map_err(|e| format!("sh: {e}"))?;
         let servers = Servers {
             ports: ports.to_vec(),
+            dir: dir.clone(),
             watchdog,
         };
         for url in servers.urls() {
@@ -142,6 +169,29 @@ impl Servers {
             .map_err(|e| format!("{url} never answered PING: {e}"))?;
         }
         Ok(servers)
+    }
+
+    /// A cluster node on `port` started again after it was killed, with
+    /// its cluster configuration file and `extra` options; it goes away
+    /// with the value returned.
+    pub(crate) fn restart_cluster_node(
+        &self,
+        port: u16,
+        extra: &[&str],
+    ) -> Result<idem_testing::process::Process, String> {
+        let mut args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &format!("nodes-{port}.conf"),
+            "--logfile",
+            &format!("{port}-again.log"),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        idem_testing::process::redis_server(&self.dir, port, &args)
+            .map_err(|e| format!("redis-server on {port}: {e}"))
     }
 
     pub(crate) fn ports(&self) -> &[u16] {

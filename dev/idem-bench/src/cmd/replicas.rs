@@ -124,8 +124,7 @@ async fn run(args: &Args) -> Result<Vec<(usize, &'static str, f64, f64)>, String
         .map_err(|e| e.to_string())?;
     let acked = plain
         .clone()
-        .with_replica_acks(1, Duration::from_millis(400))
-        .map_err(|e| e.to_string())?;
+        .with_replica_acks(1, Duration::from_millis(400));
     let (plain, acked) = (Idempotent::new(plain), Idempotent::new(acked));
     let duration = Duration::from_millis(args.duration_ms);
     let mut rows = Vec::new();
