@@ -29,7 +29,7 @@ use idem_core::Idempotent;
 use idem_redis::RedisStore;
 use idem_testing::process::{free_port, redis_server, Process};
 use idem_testing::relay::Relay;
-use idem_testing::storm::{Figures, Storm};
+use idem_testing::storm::{self, Figures, Storm};
 
 /// A data server on `port`, a replica of `master` when given; `promotable`
 /// says whether the Sentinel may make it a master.
@@ -311,80 +311,54 @@ async fn cluster_storm(acks: bool) -> Option<Figures> {
     Some(figures)
 }
 
+const TRIALS: &str = "IDEM_FAILOVER_TRIALS";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_with_replica_acks_a_failover_runs_nothing_twice_and_loses_no_outcome() {
-    for trial in 1..=trials() {
-        let Some(figures) = cluster_storm(true).await else {
-            return;
-        };
-        eprintln!("cluster, replica acks, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert_eq!(
-            figures.second_runs, 0,
-            "a key ran twice under its lease: {figures:?}"
-        );
-        assert_eq!(
-            figures.lost_outcomes, 0,
-            "a told outcome was lost: {figures:?}"
-        );
-        assert_eq!(figures.wrong_when, 0, "{figures:?}");
-    }
+    storm::trials(
+        TRIALS,
+        "cluster, replica acks",
+        || cluster_storm(true),
+        |f| f.assert_safe(600),
+    )
+    .await;
 }
 
+/// Reported, not asserted: what the kill caught in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_without_replica_acks_a_failover_is_counted() {
-    for trial in 1..=trials() {
-        let Some(figures) = cluster_storm(false).await else {
-            return;
-        };
-        // Reported, not asserted: what the kill caught in flight.
-        eprintln!("cluster, no replica acks, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert_eq!(figures.wrong_when, 0, "{figures:?}");
-    }
-}
-
-fn trials() -> usize {
-    std::env::var("IDEM_FAILOVER_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
+    storm::trials(
+        TRIALS,
+        "cluster, no replica acks",
+        || cluster_storm(false),
+        |f| f.assert_told_truly(600),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_replica_acks_a_failover_runs_nothing_twice_and_loses_no_outcome() {
-    for trial in 1..=trials() {
-        let Some(figures) = storm(true).await else {
-            return;
-        };
-        eprintln!("replica acks, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert_eq!(
-            figures.second_runs, 0,
-            "a key ran twice under its lease: {figures:?}"
-        );
-        assert_eq!(
-            figures.lost_outcomes, 0,
-            "a told outcome was lost: {figures:?}"
-        );
-        assert_eq!(figures.wrong_when, 0, "{figures:?}");
-    }
+    storm::trials(
+        TRIALS,
+        "replica acks",
+        || storm(true),
+        |f| f.assert_safe(600),
+    )
+    .await;
 }
 
+/// The documented risk, made certain by the lag: outcomes told during it
+/// are gone, and their keys run again under live leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_replica_acks_a_failover_loses_told_outcomes() {
-    for trial in 1..=trials() {
-        let Some(figures) = storm(false).await else {
-            return;
-        };
-        // The documented risk, made certain by the lag: outcomes told
-        // during it are gone, and their keys run again under live leases.
-        eprintln!("no replica acks, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert!(
-            figures.lost_outcomes > 0,
-            "the lag lost nothing: {figures:?}"
-        );
-        assert_eq!(figures.wrong_when, 0, "{figures:?}");
-    }
+    storm::trials(
+        TRIALS,
+        "no replica acks",
+        || storm(false),
+        |f| {
+            f.assert_told_truly(600);
+            assert!(f.lost_outcomes > 0, "the lag lost nothing: {f:?}");
+        },
+    )
+    .await;
 }

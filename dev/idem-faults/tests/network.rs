@@ -108,17 +108,43 @@ async fn open(kind: StoreKind, url: &str, scope: &str) -> Arc<dyn Store> {
     }
 }
 
-async fn on(kind: StoreKind) {
+/// A store's server and a relay in front of it: the server's URL, the URL
+/// through the relay, a fresh scope and the guard that removes it.
+struct Relayed {
+    url: String,
+    through: String,
+    relay: Relay,
+    scope: String,
+    _guard: idem_testing::Cleanup,
+}
+
+/// The server of `kind` behind a new relay, or `None` (skipped) when the
+/// server is not there.
+async fn relayed(kind: StoreKind, what: &str) -> Option<Relayed> {
     let server: Server = kind.server().expect("a server store");
-    let Some(url) = server.require() else { return };
+    let url = server.require()?;
     let port: u16 = url
         .rsplit_once(':')
         .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
         .unwrap_or(server.default_port());
     let relay = Relay::start(port).await;
-    let scope = unique_name("network");
-    let _guard = server.cleanup(&url, kind.isolation(), &scope);
-    let store = open(kind, &through(&url, &relay), &scope).await;
+    let scope = unique_name(what);
+    let guard = server.cleanup(&url, kind.isolation(), &scope);
+    Some(Relayed {
+        through: through(&url, &relay),
+        url,
+        relay,
+        scope,
+        _guard: guard,
+    })
+}
+
+async fn on(kind: StoreKind) {
+    let Some(relayed) = relayed(kind, "network").await else {
+        return;
+    };
+    let relay = &relayed.relay;
+    let store = open(kind, &relayed.through, &relayed.scope).await;
     // Every second run in this storm is one under a live lease.
     let idem = Idempotent::from_arc(store).with_lease(Duration::from_secs(120));
     let storm = Storm::start(&idem, 8);
@@ -213,19 +239,15 @@ async fn on(kind: StoreKind) {
 /// and the work ends, the owner is told `LeaseLost`, never its outcome,
 /// and the record keeps the new owner's.
 async fn partitioned_owner(kind: StoreKind) {
-    let server: Server = kind.server().expect("a server store");
-    let Some(url) = server.require() else { return };
-    let port: u16 = url
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
-        .unwrap_or(server.default_port());
-    let relay = Relay::start(port).await;
-    let scope = unique_name("partitioned");
-    let _guard = server.cleanup(&url, kind.isolation(), &scope);
+    let Some(relayed) = relayed(kind, "partitioned").await else {
+        return;
+    };
+    let relay = &relayed.relay;
     let lease = Duration::from_secs(1);
     let owner =
-        Idempotent::from_arc(open(kind, &through(&url, &relay), &scope).await).with_lease(lease);
-    let other = Idempotent::from_arc(open(kind, &url, &scope).await).with_lease(lease);
+        Idempotent::from_arc(open(kind, &relayed.through, &relayed.scope).await).with_lease(lease);
+    let other =
+        Idempotent::from_arc(open(kind, &relayed.url, &relayed.scope).await).with_lease(lease);
     let (started, began) = tokio::sync::oneshot::channel();
     let (finish, finished) = tokio::sync::oneshot::channel::<()>();
     let owner_call = tokio::spawn(async move {

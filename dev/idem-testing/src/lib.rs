@@ -31,6 +31,7 @@
 mod cleanup;
 pub mod legacy;
 mod names;
+pub mod postgres;
 pub mod process;
 pub mod races;
 pub mod relay;

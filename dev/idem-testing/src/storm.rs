@@ -40,6 +40,53 @@ pub struct Figures {
     pub told_after_fault: usize,
 }
 
+impl Figures {
+    /// Panics, with the figures, unless more than `at_least` outcomes were
+    /// told and every store error's `When` was true.
+    pub fn assert_told_truly(&self, at_least: usize) {
+        assert!(self.told > at_least, "too few outcomes told: {self:?}");
+        assert_eq!(
+            self.wrong_when, 0,
+            "an error said the wrong thing: {self:?}"
+        );
+    }
+
+    /// [`assert_told_truly`](Figures::assert_told_truly), and no key ran
+    /// twice and no told outcome was lost.
+    pub fn assert_safe(&self, at_least: usize) {
+        self.assert_told_truly(at_least);
+        assert_eq!(
+            self.second_runs, 0,
+            "a key ran twice under its lease: {self:?}"
+        );
+        assert_eq!(self.lost_outcomes, 0, "a told outcome was lost: {self:?}");
+    }
+}
+
+/// Runs `storm` as many times as the environment variable `variable` says
+/// (default 1), printing each trial's figures under `what` and checking
+/// them with `check`; stops at a storm that skipped (returned `None`).
+pub async fn trials<F>(
+    variable: &str,
+    what: &str,
+    mut storm: impl FnMut() -> F,
+    check: impl Fn(&Figures),
+) where
+    F: std::future::Future<Output = Option<Figures>>,
+{
+    let trials = std::env::var(variable)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for trial in 1..=trials {
+        let Some(figures) = storm().await else {
+            return;
+        };
+        eprintln!("{what}, trial {trial}: {figures:?}");
+        check(&figures);
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     stop: AtomicBool,

@@ -5,9 +5,9 @@
 //! asynchronous replication the same storm loses told outcomes, and its
 //! figures are printed.
 //!
-//! The servers are this test's own, on free ports, run as the `postgres`
-//! user when the test runs as root: a primary from `initdb`, a standby from
-//! `pg_basebackup`. The standby streams from the primary through a relay
+//! The servers are this test's own (`idem_testing::postgres`), on free
+//! ports, run as the `postgres` user when the test runs as root: a primary
+//! from `initdb`, a standby from `pg_basebackup`. The standby streams from the primary through a relay
 //! the test holds; before the kill the relay stops passing the primary's
 //! stream, so the standby is promoted without the primary's last writes,
 //! the lag replication can always have. The store reaches the primary
@@ -19,114 +19,19 @@
 //! both servers: a killed process loses nothing the kernel holds.
 //! `IDEM_FAILOVER_TRIALS` (default 1) sets the storms per mode.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idem_core::Idempotent;
 use idem_postgres::sqlx::postgres::{PgPool, PgPoolOptions};
 use idem_postgres::sqlx::{self, Connection, PgConnection};
 use idem_postgres::PostgresStore;
-use idem_testing::process::{free_port, Process};
+use idem_testing::postgres::PgCluster;
+use idem_testing::process::free_port;
 use idem_testing::relay::Relay;
-use idem_testing::storm::{Figures, Storm};
-
-/// The directory of the server's programs, or why there is none.
-fn bin_dir() -> Result<PathBuf, String> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map_err(|e| format!("no PostgreSQL programs in /usr/lib/postgresql: {e}"))?
-        .filter_map(|entry| Some(entry.ok()?.path().join("bin")))
-        .filter(|bin| bin.join("postgres").exists() && bin.join("pg_basebackup").exists())
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .ok_or_else(|| "no postgres and pg_basebackup under /usr/lib/postgresql".to_owned())
-}
-
-/// Who runs the servers: the `postgres` user's ids when this test runs as
-/// root (the server refuses root), or nobody else.
-fn server_user() -> Option<(u32, u32)> {
-    let me = std::fs::read_to_string("/proc/self/status").ok()?;
-    let root = me
-        .lines()
-        .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"));
-    if !root {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    let line = passwd.lines().find(|line| line.starts_with("postgres:"))?;
-    let fields: Vec<&str> = line.split(':').collect();
-    Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?))
-}
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    user: Option<(u32, u32)>,
-}
-
-impl Cluster {
-    fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(self.bin.join(program));
-        if let Some((uid, gid)) = self.user {
-            command.uid(uid).gid(gid);
-        }
-        command.stdin(Stdio::null());
-        command
-    }
-
-    fn run(&self, program: &str, args: &[&str]) {
-        let output = self
-            .command(program)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{program} starts: {e}"));
-        assert!(
-            output.status.success(),
-            "{program} {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// Appends `lines` to the file `name` of the data directory `data`.
-    fn configure(&self, data: &str, name: &str, lines: &str) {
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(self.path(data).join(name))
-            .unwrap();
-        file.write_all(lines.as_bytes()).unwrap();
-    }
-
-    /// The server on the data directory `data`, its log beside it.
-    fn start(&self, data: &str, port: u16) -> Process {
-        let log = std::fs::File::create(self.path(&format!("{data}.log"))).unwrap();
-        let child = self
-            .command("postgres")
-            .arg("-D")
-            .arg(self.path(data))
-            .args(["-c", &format!("port={port}")])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("postgres starts");
-        Process::from(child)
-    }
-
-    fn log(&self, data: &str) -> String {
-        std::fs::read_to_string(self.path(&format!("{data}.log"))).unwrap_or_default()
-    }
-}
+use idem_testing::storm::{self, Figures, Storm};
 
 fn url(port: u16) -> String {
-    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+    PgCluster::url(port)
 }
 
 /// One connection to the server on `port`, once it takes connections.
@@ -156,80 +61,28 @@ async fn until(connection: &mut PgConnection, query: &str, at_least: i64, what: 
 }
 
 async fn storm(synchronous: bool) -> Option<Figures> {
-    let bin = match bin_dir() {
-        Ok(bin) => bin,
+    let cluster = match PgCluster::new() {
+        Ok(cluster) => cluster,
         Err(reason) => return idem_testing::skip(&reason),
     };
-    let cluster = Cluster {
-        dir: tempfile::tempdir().unwrap(),
-        bin,
-        user: server_user(),
-    };
-    if let Some((uid, gid)) = cluster.user {
-        std::os::unix::fs::chown(cluster.dir.path(), Some(uid), Some(gid)).unwrap();
-    }
     let (primary_port, standby_port) = (free_port(), free_port());
-    let primary_dir = cluster.path("primary");
-    cluster.run(
-        "initdb",
-        &[
-            "-D",
-            primary_dir.to_str().unwrap(),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "--no-sync",
-        ],
-    );
-    let sockets = cluster.dir.path().display().to_string();
     let names = if synchronous { "standby" } else { "" };
-    cluster.configure(
+    cluster.init_primary(
         "primary",
-        "postgresql.conf",
-        &format!(
-            "listen_addresses = '127.0.0.1'\nunix_socket_directories = '{sockets}'\n\
-             fsync = off\nshared_buffers = 16MB\nmax_connections = 30\n\
-             wal_level = replica\nmax_wal_senders = 4\nsynchronous_commit = on\n\
-             synchronous_standby_names = '{names}'\n"
-        ),
+        &format!("synchronous_commit = on\nsynchronous_standby_names = '{names}'"),
     );
     let mut primary = Some(cluster.start("primary", primary_port));
     let mut on_primary = connection(primary_port).await;
 
-    let standby_dir = cluster.path("standby");
-    cluster.run(
-        "pg_basebackup",
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &primary_port.to_string(),
-            "-U",
-            "postgres",
-            "-D",
-            standby_dir.to_str().unwrap(),
-            "-X",
-            "stream",
-            "-c",
-            "fast",
-        ],
-    );
     let stream = Relay::start(primary_port).await;
     // The standby, once promoted, stands alone: it waits for nobody.
-    cluster.configure(
+    cluster.init_standby(
         "standby",
-        "postgresql.conf",
-        &format!(
-            "synchronous_standby_names = ''\n\
-             wal_retrieve_retry_interval = 50ms\n\
-             primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name=standby'\n",
-            stream.port()
-        ),
+        primary_port,
+        stream.port(),
+        "standby",
+        "synchronous_standby_names = ''\nwal_retrieve_retry_interval = 50ms",
     );
-    std::fs::write(standby_dir.join("standby.signal"), "").unwrap();
-    if let Some((uid, gid)) = cluster.user {
-        std::os::unix::fs::chown(standby_dir.join("standby.signal"), Some(uid), Some(gid)).unwrap();
-    }
     let _standby = cluster.start("standby", standby_port);
     let mut on_standby = connection(standby_port).await;
     until(
@@ -324,49 +177,33 @@ async fn storm(synchronous: bool) -> Option<Figures> {
     Some(figures)
 }
 
-fn trials() -> usize {
-    std::env::var("IDEM_FAILOVER_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
+const TRIALS: &str = "IDEM_FAILOVER_TRIALS";
 
 /// With the standby named in `synchronous_standby_names`, nothing runs
 /// twice and every told outcome replays after the failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_synchronous_standby_a_failover_runs_nothing_twice_and_loses_no_outcome() {
-    for trial in 1..=trials() {
-        let Some(figures) = storm(true).await else {
-            return;
-        };
-        eprintln!("synchronous standby, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert_eq!(
-            figures.second_runs, 0,
-            "a key ran twice under its lease: {figures:?}"
-        );
-        assert_eq!(
-            figures.lost_outcomes, 0,
-            "a told outcome was lost: {figures:?}"
-        );
-        assert_eq!(figures.wrong_when, 0, "{figures:?}");
-    }
+    storm::trials(
+        TRIALS,
+        "synchronous standby",
+        || storm(true),
+        |f| f.assert_safe(600),
+    )
+    .await;
 }
 
 /// With asynchronous replication the outcomes told during the lag are
 /// gone after the failover: the documented risk, made certain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_an_asynchronous_standby_a_failover_loses_told_outcomes() {
-    for trial in 1..=trials() {
-        let Some(figures) = storm(false).await else {
-            return;
-        };
-        eprintln!("asynchronous standby, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert!(
-            figures.lost_outcomes > 0,
-            "the lag lost nothing: {figures:?}"
-        );
-        assert_eq!(figures.wrong_when, 0, "{figures:?}");
-    }
+    storm::trials(
+        TRIALS,
+        "asynchronous standby",
+        || storm(false),
+        |f| {
+            f.assert_told_truly(600);
+            assert!(f.lost_outcomes > 0, "the lag lost nothing: {f:?}");
+        },
+    )
+    .await;
 }

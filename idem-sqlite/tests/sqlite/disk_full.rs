@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use idem_core::Idempotent;
 use idem_sqlite::{rusqlite, SqliteStore};
-use idem_testing::storm::{Figures, Storm};
+use idem_testing::storm::{self, Figures, Storm};
 
 /// A `tmpfs` of `size` mounted on a fresh directory, unmounted when
 /// dropped.
@@ -118,36 +118,12 @@ async fn storm() -> Option<Figures> {
     Some(figures)
 }
 
-fn trials() -> usize {
-    std::env::var("IDEM_DISK_FULL_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_calls_truly_and_loses_nothing_once_freed() {
-    for trial in 1..=trials() {
-        let Some(figures) = storm().await else {
-            return;
-        };
-        eprintln!("disk full, trial {trial}: {figures:?}");
-        assert!(figures.told > 600, "{figures:?}");
-        assert!(
-            figures.errors_before_work + figures.errors_after_work >= 50,
-            "{figures:?}"
-        );
-        assert_eq!(
-            figures.wrong_when, 0,
-            "an error said the wrong thing: {figures:?}"
-        );
-        assert_eq!(
-            figures.second_runs, 0,
-            "a key ran twice under its lease: {figures:?}"
-        );
-        assert_eq!(
-            figures.lost_outcomes, 0,
-            "a told outcome was lost: {figures:?}"
-        );
-    }
+    storm::trials("IDEM_DISK_FULL_TRIALS", "disk full", storm, |f| {
+        f.assert_safe(600);
+        let failed = f.errors_before_work + f.errors_after_work;
+        assert!(failed >= 50, "too few calls failed: {f:?}");
+    })
+    .await;
 }
