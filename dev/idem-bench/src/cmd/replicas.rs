@@ -1,4 +1,5 @@
-//! `replica-bench`: what `RedisStore::with_replica_acks` costs.
+//! `replica-bench`: what waiting for a replica costs: Redis with
+//! `RedisStore::with_replica_acks`, PostgreSQL with a synchronous standby.
 //!
 //! `cargo run --release -p idem-bench --bin replica-bench -- --help`
 
@@ -15,12 +16,18 @@ use idem_testing::process::{free_port, redis_server, Process};
 use crate::cli;
 use crate::stats::median;
 
-/// Starts its own Redis master and one replica (`redis-server` on free
-/// loopback ports, no persistence) and measures first executions and
-/// replays per second through one store that waits for the replica's
-/// acknowledgement of every write (`with_replica_acks(1, 400 ms)`: below
-/// the 500 ms response timeout of `connect`'s connection) and one
-/// that does not, in alternating rounds on the same servers; medians.
+/// Starts its own primary and one replica on free loopback ports and
+/// measures first executions and replays per second through one store
+/// that waits for the replica and one that does not, in alternating rounds
+/// on the same servers; medians.
+///
+/// Redis (`redis-server`, no persistence): `with_replica_acks(1, 400 ms)`
+/// (below the 500 ms reply timeout of `connect`'s connection) against no
+/// acks. PostgreSQL (`initdb`, `pg_basebackup`; `fsync` off on both, so
+/// the figure is the replica's round trip, not a disk's): the standby in
+/// `synchronous_standby_names` with `synchronous_commit = on` against the
+/// same primary with `synchronous_commit = local` on the store's
+/// connections.
 #[derive(Debug, Parser)]
 #[command(name = "replica-bench", version)]
 struct Args {
@@ -39,6 +46,10 @@ struct Args {
     /// Concurrent callers, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     callers: Vec<usize>,
+
+    /// The stores, comma-separated: redis, postgres.
+    #[arg(long, value_delimiter = ',', default_value = "redis,postgres")]
+    stores: Vec<String>,
 }
 
 /// A data server on `port`, a replica of `master` when given.
@@ -112,7 +123,103 @@ async fn round(
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn run(args: &Args) -> Result<Vec<(usize, &'static str, f64, f64)>, String> {
+/// The rows of `plain` against `waiting`: callers, calls, per second
+/// without and with the wait.
+async fn measure(
+    args: &Args,
+    plain: &Idempotent,
+    waiting: &Idempotent,
+) -> Vec<(usize, &'static str, f64, f64)> {
+    let duration = Duration::from_millis(args.duration_ms);
+    let mut rows = Vec::new();
+    for &callers in &args.callers {
+        for (what, replay) in [("first execution", false), ("replay", true)] {
+            let (mut without, mut with) = (Vec::new(), Vec::new());
+            for rep in 0..args.reps.max(1) {
+                let tag = format!("c{callers}-{replay}-{rep}");
+                without.push(round(plain, callers, duration, replay, &format!("p{tag}")).await);
+                with.push(round(waiting, callers, duration, replay, &format!("a{tag}")).await);
+            }
+            let (without, with) = (
+                median(&without).unwrap_or(0.0),
+                median(&with).unwrap_or(0.0),
+            );
+            rows.push((callers, what, without, with));
+        }
+    }
+    rows
+}
+
+/// PostgreSQL: a primary with a synchronous standby.
+async fn run_postgres(args: &Args) -> Result<Vec<(usize, &'static str, f64, f64)>, String> {
+    use idem_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use idem_postgres::PostgresStore;
+    use idem_testing::postgres::PgCluster;
+    use std::str::FromStr;
+
+    let cluster = PgCluster::new()?;
+    let (primary_port, standby_port) = (free_port(), free_port());
+    cluster.init_primary(
+        "primary",
+        "synchronous_commit = on\nsynchronous_standby_names = 'standby'",
+    );
+    let _primary = cluster.start("primary", primary_port);
+    cluster_ready(primary_port).await?;
+    cluster.init_standby("standby", primary_port, primary_port, "standby", "");
+    let _standby = cluster.start("standby", standby_port);
+    let url = PgCluster::url(primary_port);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pool = idem_postgres::sqlx::PgPool::connect(&url)
+            .await
+            .map_err(|e| e.to_string())?;
+        let sync: i64 = idem_postgres::sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| e.to_string())?;
+        if sync == 1 {
+            break;
+        }
+        if Instant::now() > give_up {
+            return Err("the standby never became synchronous".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let store = |options: PgConnectOptions| async move {
+        // Two pools of 16 stay under the server's 60 connections.
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(options)
+            .await
+            .map_err(|e| e.to_string())?;
+        let store = PostgresStore::from_pool(pool);
+        store.migrate().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(Idempotent::new(store))
+    };
+    let options = PgConnectOptions::from_str(&url).map_err(|e| e.to_string())?;
+    let waiting = store(options.clone()).await?;
+    let plain = store(options.options([("synchronous_commit", "local")])).await?;
+    Ok(measure(args, &plain, &waiting).await)
+}
+
+/// Waits until the server on `port` takes connections.
+async fn cluster_ready(port: u16) -> Result<(), String> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        match idem_postgres::sqlx::PgPool::connect(&idem_testing::postgres::PgCluster::url(port))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > give_up => return Err(e.to_string()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Redis: a master and one replica.
+async fn run_redis(args: &Args) -> Result<Vec<(usize, &'static str, f64, f64)>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (master_port, replica_port) = (free_port(), free_port());
     let _master = server(dir.path(), master_port, None)?;
@@ -126,24 +233,7 @@ async fn run(args: &Args) -> Result<Vec<(usize, &'static str, f64, f64)>, String
         .clone()
         .with_replica_acks(1, Duration::from_millis(400));
     let (plain, acked) = (Idempotent::new(plain), Idempotent::new(acked));
-    let duration = Duration::from_millis(args.duration_ms);
-    let mut rows = Vec::new();
-    for &callers in &args.callers {
-        for (what, replay) in [("first execution", false), ("replay", true)] {
-            let (mut without, mut with) = (Vec::new(), Vec::new());
-            for rep in 0..args.reps.max(1) {
-                let tag = format!("c{callers}-{replay}-{rep}");
-                without.push(round(&plain, callers, duration, replay, &format!("p{tag}")).await);
-                with.push(round(&acked, callers, duration, replay, &format!("a{tag}")).await);
-            }
-            let (without, with) = (
-                median(&without).unwrap_or(0.0),
-                median(&with).unwrap_or(0.0),
-            );
-            rows.push((callers, what, without, with));
-        }
-    }
-    Ok(rows)
+    Ok(measure(args, &plain, &acked).await)
 }
 
 /// Runs the binary: reads its command line, measures, prints.
@@ -159,21 +249,34 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(&args)) {
-        Ok(rows) => {
-            println!("| callers | calls | without acks /s | with 1 replica ack /s | ratio |");
-            println!("|---:|---|---:|---:|---:|");
-            for (callers, what, without, with) in rows {
-                println!(
-                    "| {callers} | {what} | {without:.0} | {with:.0} | {:.2} |",
-                    with / without.max(f64::MIN_POSITIVE)
-                );
+    for store in &args.stores {
+        let rows = match store.as_str() {
+            "redis" => runtime.block_on(run_redis(&args)),
+            "postgres" => runtime.block_on(run_postgres(&args)),
+            other => Err(format!("no store {other:?}: redis or postgres")),
+        };
+        match rows {
+            Ok(rows) => {
+                let (without, with) = match store.as_str() {
+                    "redis" => ("without acks /s", "with 1 replica ack /s"),
+                    _ => ("synchronous_commit local /s", "synchronous standby /s"),
+                };
+                println!("{store}:\n");
+                println!("| callers | calls | {without} | {with} | ratio |");
+                println!("|---:|---|---:|---:|---:|");
+                for (callers, what, without, with) in rows {
+                    println!(
+                        "| {callers} | {what} | {without:.0} | {with:.0} | {:.2} |",
+                        with / without.max(f64::MIN_POSITIVE)
+                    );
+                }
+                println!();
             }
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("replica-bench: {error}");
-            ExitCode::FAILURE
+            Err(error) => {
+                eprintln!("replica-bench: {store}: {error}");
+                return ExitCode::FAILURE;
+            }
         }
     }
+    ExitCode::SUCCESS
 }
