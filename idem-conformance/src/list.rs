@@ -96,6 +96,12 @@ macro_rules! __with_cases {
             interleaving {
                 generated_schedules_keep_every_invariant,
             }
+            chunks {
+                a_settled_insert_is_stored_as_it_is,
+                chunks_read_back_in_order_and_whole,
+                chunks_lapse_after_their_record,
+                a_stale_owners_chunks_are_never_read,
+            }
             steps {
                 in_flight_swap_keeps_its_payload_and_rotates_the_token,
                 take_over_writes_the_payload_it_is_given,

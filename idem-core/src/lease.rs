@@ -233,12 +233,12 @@ impl Lease {
     }
 
     async fn swap(&self, state: State, payload: &[u8]) -> Result<(), Error> {
-        let record = self.record(state, payload);
-        match self
-            .store
-            .swap(self.key.as_str(), self.token, &record)
-            .await
-        {
+        self.swap_record(&self.record(state, payload)).await
+    }
+
+    /// Writes `record` over this lease's, fenced by its token.
+    pub(crate) async fn swap_record(&self, record: &NewRecord<'_>) -> Result<(), Error> {
+        match self.store.swap(self.key.as_str(), self.token, record).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::LeaseLost),
             Err(source) => Err(Error::store(source, When::AfterWork)),

@@ -303,6 +303,7 @@
 
 pub mod backoff;
 mod canonical;
+pub mod chunks;
 mod effects;
 mod error;
 pub mod fingerprint;

@@ -177,6 +177,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// absent or its record is past retention. MUST otherwise leave the
     /// record as it is and return it in [`Insert::Found`] — including an
     /// `InFlight` record whose lease has lapsed.
+    ///
+    /// `record` is a claim (`InFlight`, with a lease) or, for a chunk of an
+    /// outcome too large for one record ([`chunks`](crate::chunks)), a
+    /// `Completed` record without a lease, which MUST be stored as it is:
+    /// settled from its first write, final until its retention lapses.
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError>;
 
     /// Replaces the record under `key` with `record` if it is live,

@@ -5,6 +5,7 @@
 //! Cases run in parallel, each on its own fixture, on real time: leases of
 //! 50 ms to 600 ms, bounded polling, never a long sleep.
 
+pub mod chunks;
 pub mod claim;
 pub mod concurrency;
 pub mod execute;
