@@ -12,6 +12,20 @@ use idem_http::Collected;
 pub(crate) struct Body(pub(crate) BoxBody);
 
 impl idem_http::ResponseBody for Body {
+    const STREAMS: bool = true;
+
+    fn exact_len(&self) -> Option<u64> {
+        match self.0.size() {
+            BodySize::Sized(len) => Some(len),
+            _ => None,
+        }
+    }
+
+    async fn frame(&mut self) -> Option<Result<Bytes, idem_http::BoxError>> {
+        let next = poll_fn(|cx| Pin::new(&mut self.0).poll_next(cx)).await?;
+        Some(next.map_err(|error| error.to_string().into()))
+    }
+
     async fn collect(mut self, limit: usize) -> Collected<Self> {
         if matches!(self.0.size(), BodySize::Sized(len) if len > limit as u64) {
             return Collected::TooLarge(self);

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use actix_web::body::{BoxBody, MessageBody};
+use actix_web::body::{BodyStream, BoxBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
@@ -238,6 +238,18 @@ where
     let response = match exchange.await {
         Ok(Ok(Reply::Whole(response))) => from_http(response.map(BoxBody::new)),
         Ok(Ok(Reply::Handler(response))) => from_http(response.map(|body| body.0)),
+        Ok(Ok(Reply::Streamed(response, recording))) => {
+            if let Some(recording) = recording {
+                // It outlives the request: a client that hangs up does not
+                // stop the recording.
+                drop(actix_web::rt::spawn(recording.run()));
+            }
+            let frames = |frames: idem_http::Frames| {
+                let frames = frames.map(|frame| frame.map_err(std::io::Error::other));
+                BoxBody::new(BodyStream::new(frames))
+            };
+            from_http(response.map(frames))
+        }
         Ok(Ok(_)) => return Err(internal("unknown reply")),
         Ok(Err(error)) => return Err(error),
         Err(Panicked) => {

@@ -13,6 +13,7 @@ use idem_core::{Begin, Error, Idempotent, KeyError, Lease, When};
 use tracing::Instrument;
 
 use crate::stored::{self, Stored, Unreplayable};
+use crate::stream::{Frames, Recording};
 use crate::{client_key, Options, Problem, TraceParent};
 
 /// The error a response body fails with.
@@ -36,13 +37,36 @@ pub enum Admission {
     KeyInBody,
 }
 
-/// A response body an adapter can read up to a limit.
+/// A response body an adapter can read up to a limit, and frame by frame.
 pub trait ResponseBody: Sized {
+    /// Whether [`frame`](ResponseBody::frame) reads this body, so that a
+    /// body over the whole-record limit can be recorded in chunks while it
+    /// streams. `false` (the default) keeps such a body unrecorded, as
+    /// before chunked records existed.
+    const STREAMS: bool = false;
+
     /// Reads the whole body unless it holds more than `limit` bytes. Over
     /// the limit, the body handed back must still send every byte, those
     /// already read first. Trailers are not kept, so a first response and
     /// its replays send the same frames.
     fn collect(self, limit: usize) -> impl Future<Output = Collected<Self>>;
+
+    /// The body's next data frame, or `None` at its end; trailers are
+    /// skipped. It MUST lose nothing when dropped before it is ready (a
+    /// body polled frame by frame is), since the recording polls it once
+    /// to learn whether a frame is ready. Only called when
+    /// [`STREAMS`](ResponseBody::STREAMS) is `true`; the default says the
+    /// body cannot be read this way.
+    fn frame(&mut self) -> impl Future<Output = Option<Result<Bytes, BoxError>>> {
+        std::future::ready(Some(Err("this body is not read frame by frame".into())))
+    }
+
+    /// The body's length in bytes when it is known before it is read (a
+    /// body of bytes in memory), all of it, including any part `collect`
+    /// already read; `None` (the default) when it is not.
+    fn exact_len(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A handler's response body, read up to a limit.
@@ -102,6 +126,13 @@ pub enum Reply<B> {
     /// The handler's response with its own body: released, too large to
     /// record, or run unprotected.
     Handler(Response<B>),
+    /// A response whose body streams: the replay of a response recorded in
+    /// chunks (no [`Recording`]), or the handler's response over
+    /// [`Options::max_response_body`], which reaches the client through
+    /// these frames while the [`Recording`] writes it to the store. The
+    /// adapter sends the response and drives the recording to its end in
+    /// a task of its own: it must outlive the request.
+    Streamed(Response<Frames>, Option<Recording<B>>),
 }
 
 impl Options {
@@ -255,6 +286,11 @@ impl Options {
         let begun = self.timed(idem.begin(key, first), When::BeforeWork).await;
         let (begun, waited) = match (begun, wait, again) {
             (Err(Error::InProgress { .. }), Some(wait), Some(fingerprints)) => {
+                // A response being recorded as it streams is followed
+                // rather than waited for.
+                if let Some(reply) = self.follow(idem, key).await {
+                    return Ok(reply);
+                }
                 let waiting = idem.clone().with_wait(wait);
                 let call = waiting.begin(key, fingerprints);
                 let bound = wait.saturating_add(self.store_timeout);
@@ -263,7 +299,7 @@ impl Options {
             (begun, _, _) => (begun, false),
         };
         let traceparent = context.traceparent.or_else(crate::otel::current);
-        let reply = self.answer(key, begun, traceparent, handler).await;
+        let reply = self.answer(idem, key, begun, traceparent, handler).await;
         if !waited {
             return reply;
         }
@@ -276,12 +312,17 @@ impl Options {
                 applied(response.headers_mut());
                 Reply::Handler(response)
             }
+            Reply::Streamed(mut response, recording) => {
+                applied(response.headers_mut());
+                Reply::Streamed(response, recording)
+            }
         })
     }
 
     /// Answers a request from what its claim found.
     async fn answer<H, Fut, B, E>(
         &self,
+        idem: &Idempotent,
         key: &str,
         begun: Result<Begin, Error>,
         traceparent: Option<TraceParent>,
@@ -306,6 +347,24 @@ impl Options {
                         replayed_from(original);
                     }
                     return Ok(Reply::Whole(stored::replay(status, headers, body)));
+                }
+                Ok(Stored::Streamed {
+                    status,
+                    headers,
+                    traceparent: original,
+                    manifest,
+                    ..
+                }) => {
+                    if let Some(original) = original {
+                        replayed_from(original);
+                    }
+                    match self.replay_chunks(idem, key, manifest).await {
+                        Ok(frames) => {
+                            let response = stored::replay(status, headers, frames);
+                            return Ok(Reply::Streamed(response, None));
+                        }
+                        Err(problem) => problem,
+                    }
                 }
                 Ok(Stored::Unreplayable(why)) => Problem::NotReplayable(why.reason()),
                 Err(error) => {
@@ -383,6 +442,20 @@ impl Options {
                 self.record(&lease, &payload).await;
                 Ok(Reply::Whole(Response::from_parts(parts, body)))
             }
+            Collected::TooLarge(body)
+                if B::STREAMS && self.streams(&parts.headers, body.exact_len()) =>
+            {
+                let (frames, recording) = Recording::start(
+                    self,
+                    &lease,
+                    parts.status,
+                    parts.headers.clone(),
+                    traceparent,
+                    body,
+                );
+                let response = Response::from_parts(parts, frames);
+                Ok(Reply::Streamed(response, Some(recording)))
+            }
             Collected::TooLarge(body) => {
                 tracing::warn!(key = %lease.key(), limit,
                     "response too large to record; retries will get a not-replayable 409");
@@ -404,8 +477,79 @@ impl Options {
         }
     }
 
+    /// Whether a response over the whole-record limit is recorded as it
+    /// streams: when chunks are on and its length, if known (`Content-Length`
+    /// or the body's own), is within the streamed limit. A body known to
+    /// be too long is never begun in the store, so no request follows a
+    /// stream that will not be recorded.
+    fn streams(&self, headers: &HeaderMap, exact_len: Option<u64>) -> bool {
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok());
+        self.max_streamed_body > self.max_response_body as u64
+            && declared
+                .or(exact_len)
+                .is_none_or(|len| len <= self.max_streamed_body)
+    }
+
+    /// For a request that waits and found its key in flight: the response
+    /// being recorded under it as it streams, followed chunk by chunk, or
+    /// `None` when there is none to follow (the request then waits).
+    async fn follow<B>(&self, idem: &Idempotent, key: &str) -> Option<Reply<B>> {
+        let stored_key = idem.key(key).ok()?;
+        let follow = crate::stream::follow(idem.store().clone(), stored_key.as_str());
+        match tokio::time::timeout(self.store_timeout, follow).await {
+            Ok(Ok(Some((status, headers, frames)))) => {
+                let mut response = stored::replay(status, headers, frames);
+                applied(response.headers_mut());
+                Some(Reply::Streamed(response, None))
+            }
+            Ok(Ok(None)) => None,
+            Ok(Err(error)) => {
+                tracing::warn!(key, %error, "a response being recorded cannot be followed; waiting for it instead");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Reads the first chunk of a response recorded in chunks and returns
+    /// its replay, or the problem to answer when the record cannot be read.
+    async fn replay_chunks(
+        &self,
+        idem: &Idempotent,
+        key: &str,
+        manifest: idem_core::chunks::Manifest,
+    ) -> Result<Frames, Problem> {
+        let stored_key = idem
+            .key(key)
+            .map_err(|_| Problem::Internal("the idempotency layer is misconfigured"))?;
+        let read = crate::stream::replay(idem.store().clone(), stored_key.as_str(), manifest);
+        match tokio::time::timeout(self.store_timeout, read).await {
+            Ok(Ok(frames)) => Ok(frames),
+            Ok(Err(idem_core::chunks::ChunkError::Store { source, .. })) => {
+                tracing::error!(key, error = %source, "idempotency store failed reading a recorded response; answering 503");
+                Err(Problem::StoreUnavailable)
+            }
+            Ok(Err(error)) => {
+                tracing::error!(key, %error, "recorded response cannot be read whole");
+                Err(Problem::Internal(
+                    "the recorded response for this idempotency key is damaged",
+                ))
+            }
+            Err(_) => {
+                tracing::error!(
+                    key,
+                    "idempotency store did not answer reading a recorded response; answering 503"
+                );
+                Err(Problem::StoreUnavailable)
+            }
+        }
+    }
+
     /// One store call, bounded by the store timeout.
-    async fn timed<T>(
+    pub(crate) async fn timed<T>(
         &self,
         call: impl IntoFuture<Output = Result<T, Error>>,
         when: When,
@@ -429,9 +573,19 @@ impl Options {
         }
     }
 
-    async fn record(&self, lease: &Lease, payload: &[u8]) {
+    pub(crate) async fn record(&self, lease: &Lease, payload: &[u8]) {
+        self.record_with(lease, || lease.complete(payload)).await;
+    }
+
+    /// Records with `complete`, tried again after a store error while the
+    /// lease holds.
+    pub(crate) async fn record_with<F, Fut>(&self, lease: &Lease, complete: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(), Error>>,
+    {
         for attempt in 1..=RECORD_ATTEMPTS {
-            match self.timed(lease.complete(payload), When::AfterWork).await {
+            match self.timed(complete(), When::AfterWork).await {
                 Ok(()) => return,
                 Err(Error::Store { source, .. }) if attempt < RECORD_ATTEMPTS => {
                     tracing::warn!(key = %lease.key(), attempt, error = %source, "recording the response failed; trying again");
@@ -480,7 +634,7 @@ fn applied(headers: &mut HeaderMap) {
 // A store that blips at the moment of recording would otherwise leave the
 // key claimed until its lease lapses and then let a retry run the handler a
 // second time, so recording is tried a few times while the lease still holds.
-const RECORD_ATTEMPTS: u32 = 3;
+pub(crate) const RECORD_ATTEMPTS: u32 = 3;
 
 fn timed_out(after: Duration) -> StoreError {
     StoreError::backend(

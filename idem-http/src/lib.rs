@@ -172,13 +172,57 @@
 //! [`Options::request_context`] and pass it to
 //! [`Options::exchange_with`].
 //!
+//! # Large and streamed responses
+//!
+//! A response body up to [`Options::with_max_response_body`] (1 MiB) is
+//! read whole and recorded in one record. A larger one, a model's token
+//! stream or a file export, streams to its client at once and is recorded
+//! as it goes, in chunks of up to 64 KiB ([`idem_core::chunks`]), up to
+//! [`Options::with_max_streamed_body`] (100 MiB); a replay reads the chunks
+//! back one at a time and sends their frames as they come, so memory stays
+//! bounded whatever the body's size. Chunks are records of their own, so
+//! every store keeps them, a user's own included. Choices:
+//!
+//! * A chunk is written when it is full or when the handler's body has no
+//!   frame ready, so an event stream's events keep their boundaries in the
+//!   record and on replay (only a frame longer than a chunk is split),
+//!   while a fast body is written 64 KiB at a time.
+//! * The record names its chunks only once the last one is written. An
+//!   owner that dies mid-stream leaves its key in flight: the lease lapses,
+//!   a retry runs the handler again, and the half-written chunks are never
+//!   read. A replay whose chunks are gone (lapsed, evicted) is refused with
+//!   500 before its first byte, or cut short with an error after it, never
+//!   ended cleanly without all of its bytes.
+//! * A client that hangs up mid-stream stops nothing: the body is read and
+//!   recorded to its end (the adapter drives the [`Recording`] in a task of
+//!   its own), as a handler's outcome is recorded for a client that left.
+//! * A body that fails mid-stream, or goes past the streamed limit, still
+//!   reaches its client as far as it went; the key is marked executed
+//!   without a replayable response (409 `not-replayable`), as a body over
+//!   the limit always was. A body whose `Content-Length` is over the
+//!   streamed limit is not recorded at all, so nothing follows it.
+//! * A retry with `Prefer: wait` that arrives while the original is still
+//!   streaming follows it: it gets the status and headers the owner wrote
+//!   first (a head beside the chunks) and then each chunk as it is written,
+//!   looking for the next every 5 to 50 ms, so its first bytes come before
+//!   the original ends. It ends with an error if the owner's lease lapses
+//!   or the response is not recorded (an unsized body that goes past the
+//!   streamed limit, a body or store that fails): the same cut a client
+//!   gets from a body that fails, never a clean end without all the bytes. Without `Prefer: wait` it gets 409,
+//!   as any request that finds its key in progress.
+//!
+//! An adapter opts in by reading its body frame by frame
+//! ([`ResponseBody::STREAMS`]); `idem-tower` (and so `idem-proxy`) and
+//! `idem-actix` do.
+//!
 //! # Stored format
 //!
 //! The payload of a record is described in [`stored`]. Version 1 is the
 //! format `idem-tower` has always written; version 2 adds the trace parent
 //! and is written only when there is one, so records replay through any
 //! adapter, old records replay unchanged, and a record without a trace
-//! parent is still readable by a build that knows only version 1.
+//! parent is still readable by a build that knows only version 1. Version
+//! 3 is a response recorded in chunks.
 #![forbid(unsafe_code)]
 
 mod exchange;
@@ -195,6 +239,7 @@ mod prefer;
 mod problem;
 pub mod ratelimit;
 pub mod stored;
+mod stream;
 mod traceparent;
 mod transcode;
 mod uncancelled;
@@ -207,10 +252,11 @@ pub use fingerprint::{
 };
 pub use header::{client_key, KeyHeaderError};
 pub use keysource::KeySource;
-pub use options::{Options, DEFAULT_MAX_WAIT};
+pub use options::{Options, DEFAULT_MAX_STREAMED_BODY, DEFAULT_MAX_WAIT};
 pub use policy::{FingerprintPolicy, BODY_SCHEME};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
 pub use stored::REPLAYED;
+pub use stream::{Frames, Recording};
 pub use traceparent::{TraceParent, TRACEPARENT};
 pub use uncancelled::{Panicked, Uncancelled};

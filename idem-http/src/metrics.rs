@@ -17,6 +17,7 @@ pub(crate) fn count<B, E>(idem: &Idempotent, reply: &Result<Reply<B>, E>) {
     let (status, replayed) = match reply {
         Ok(Reply::Whole(response)) => (response.status(), is_replay(response)),
         Ok(Reply::Handler(response)) => (response.status(), false),
+        Ok(Reply::Streamed(response, recording)) => (response.status(), recording.is_none()),
         Err(_) => return,
     };
     metrics::counter!(

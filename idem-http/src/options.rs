@@ -12,6 +12,10 @@ use crate::policy::{FingerprintPolicy, Route};
 /// The default limit on request and recorded response bodies: 1 MiB.
 const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
+/// The default limit on a response recorded in chunks while it streams:
+/// 100 MiB.
+pub const DEFAULT_MAX_STREAMED_BODY: u64 = 100 * 1024 * 1024;
+
 /// The default bound on one store call.
 const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -31,6 +35,7 @@ pub struct Options {
     pub(crate) methods: Vec<Method>,
     pub(crate) max_request_body: usize,
     pub(crate) max_response_body: usize,
+    pub(crate) max_streamed_body: u64,
     pub(crate) record_server_errors: bool,
     pub(crate) fail_open: bool,
     pub(crate) store_timeout: Duration,
@@ -57,6 +62,7 @@ impl Options {
             methods: vec![Method::POST, Method::PATCH],
             max_request_body: DEFAULT_MAX_BODY,
             max_response_body: DEFAULT_MAX_BODY,
+            max_streamed_body: DEFAULT_MAX_STREAMED_BODY,
             record_server_errors: false,
             fail_open: false,
             store_timeout: DEFAULT_STORE_TIMEOUT,
@@ -94,11 +100,23 @@ impl Options {
         self
     }
 
-    /// The largest response body that is recorded for replay, in bytes.
-    /// A larger one still reaches its client, and the key is marked as
-    /// executed without a replayable response. Default 1 MiB.
+    /// The largest response body that is recorded whole, in one record,
+    /// in bytes. A larger one streams to its client and is recorded in
+    /// chunks as it goes, up to [`with_max_streamed_body`](Options::with_max_streamed_body).
+    /// Default 1 MiB.
     pub fn with_max_response_body(mut self, bytes: usize) -> Options {
         self.max_response_body = bytes;
+        self
+    }
+
+    /// The largest response body that is recorded in chunks while it
+    /// streams, in bytes. A larger one still reaches its client, and the
+    /// key is marked as executed without a replayable response (retries
+    /// get 409 `not-replayable`). At or below
+    /// [`with_max_response_body`](Options::with_max_response_body) no
+    /// response is streamed into the store. Default 100 MiB.
+    pub fn with_max_streamed_body(mut self, bytes: u64) -> Options {
+        self.max_streamed_body = bytes;
         self
     }
 
@@ -163,6 +181,11 @@ impl Options {
     pub fn max_response_body(&self) -> usize {
         self.max_response_body
     }
+
+    /// The largest response body recorded in chunks while it streams.
+    pub fn max_streamed_body(&self) -> u64 {
+        self.max_streamed_body
+    }
 }
 
 /// Writes the `with_*` setters of [`Options`] on an adapter's builder, so
@@ -218,11 +241,20 @@ macro_rules! option_setters {
             self.map_options(|o| o.with_max_request_body(bytes))
         }
 
-        /// The largest response body that is recorded for replay, in bytes.
-        /// A larger one still reaches its client, and the key is marked as
-        /// executed without a replayable response. Default 1 MiB.
+        /// The largest response body that is recorded whole, in one
+        /// record, in bytes. A larger one streams to its client and is
+        /// recorded in chunks as it goes, up to `with_max_streamed_body`.
+        /// Default 1 MiB.
         pub fn with_max_response_body(self, bytes: usize) -> Self {
             self.map_options(|o| o.with_max_response_body(bytes))
+        }
+
+        /// The largest response body that is recorded in chunks while it
+        /// streams, in bytes. A larger one still reaches its client, and
+        /// the key is marked as executed without a replayable response.
+        /// Default 100 MiB.
+        pub fn with_max_streamed_body(self, bytes: u64) -> Self {
+            self.map_options(|o| o.with_max_streamed_body(bytes))
         }
 
         /// Whether 5xx responses are recorded and replayed (`true`) or release

@@ -1,6 +1,6 @@
 //! Recorded responses: the stored format replays are built from.
 //!
-//! # Stored format (versions 1 and 2)
+//! # Stored format (versions 1 to 3)
 //!
 //! All integers are big-endian. The payload opens with a version byte (`1`
 //! or `2`) and a kind byte.
@@ -17,6 +17,17 @@
 //!   span id (8 bytes, neither id all zeros) and the trace flags (1 byte),
 //!   then the rest exactly as version 1's kind `0`. Version 2 has no other
 //!   kind.
+//!
+//! * Version 3, kind `0`, a response whose body was recorded in chunks
+//!   while it streamed: a trace flag byte (`0`, or `1` followed by the 25
+//!   trace parent bytes of version 2), the status, header count and
+//!   headers as in version 1, then the chunks' 28-byte
+//!   [`Manifest`](idem_core::chunks::Manifest). Nothing may follow. Each
+//!   chunk holds the body's frames in order, each as its length (`u32`)
+//!   and bytes; a frame longer than a chunk is split across chunks.
+//! * Version 1, kind `1`, reason `3`: the response streamed to its client
+//!   but could not be recorded (the store failed while its chunks were
+//!   written).
 //!
 //! [`encode_traced`] writes version 2 only when there is a trace parent to
 //! keep; a response without one, and every marker, is written as version 1,
@@ -40,6 +51,8 @@ use crate::TraceParent;
 const VERSION: u8 = 1;
 /// The version of a response kept with its request's trace parent.
 const VERSION_TRACED: u8 = 2;
+/// The version of a response recorded in chunks.
+const VERSION_STREAMED: u8 = 3;
 const KIND_RESPONSE: u8 = 0;
 const KIND_NOT_REPLAYABLE: u8 = 1;
 
@@ -67,6 +80,9 @@ pub enum Unreplayable {
     TooLarge,
     /// The body failed while it was read.
     BodyFailed,
+    /// The body streamed to its client, but its chunks could not be
+    /// written.
+    RecordingFailed,
 }
 
 impl Unreplayable {
@@ -75,6 +91,7 @@ impl Unreplayable {
         match self {
             Unreplayable::TooLarge => "the response was too large to store",
             Unreplayable::BodyFailed => "the response body failed while it was read",
+            Unreplayable::RecordingFailed => "the response could not be recorded",
         }
     }
 }
@@ -98,6 +115,19 @@ pub enum Stored {
     },
     /// A marker for a request that ran without a replayable response.
     Unreplayable(Unreplayable),
+    /// A response whose body was recorded in chunks: replay it by reading
+    /// the chunks the manifest names.
+    #[non_exhaustive]
+    Streamed {
+        /// The recorded status.
+        status: StatusCode,
+        /// The recorded headers, in their order.
+        headers: HeaderMap,
+        /// The trace parent of the request that produced the response.
+        traceparent: Option<TraceParent>,
+        /// The chunks that hold the body.
+        manifest: idem_core::chunks::Manifest,
+    },
 }
 
 /// A payload that is not in the stored format.
@@ -141,24 +171,66 @@ pub fn encode_traced(
     body: &[u8],
     traceparent: Option<TraceParent>,
 ) -> Vec<u8> {
-    let kept: Vec<(&HeaderName, &HeaderValue)> = headers
-        .iter()
-        .filter(|(name, _)| is_recorded(name, headers))
-        .collect();
-    let header_bytes: usize = kept
-        .iter()
-        .map(|(name, value)| 6 + name.as_str().len() + value.len())
-        .sum();
-    let mut out = Vec::with_capacity(14 + 25 + header_bytes + body.len());
+    let kept = kept(headers);
+    let mut out = Vec::with_capacity(14 + 25 + head_len(&kept) + body.len());
     match traceparent {
         Some(parent) => {
             out.extend_from_slice(&[VERSION_TRACED, KIND_RESPONSE]);
-            out.extend_from_slice(&parent.trace_id());
-            out.extend_from_slice(&parent.span_id());
-            out.push(parent.flags());
+            push_traceparent(&mut out, parent);
         }
         None => out.extend_from_slice(&[VERSION, KIND_RESPONSE]),
     }
+    push_head(&mut out, status, &kept);
+    out.extend_from_slice(&(body.len() as u64).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Encodes a response whose body was recorded in the chunks `manifest`
+/// names (version 3).
+pub fn encode_streamed(
+    status: StatusCode,
+    headers: &HeaderMap,
+    traceparent: Option<TraceParent>,
+    manifest: idem_core::chunks::Manifest,
+) -> Vec<u8> {
+    let kept = kept(headers);
+    let mut out = Vec::with_capacity(7 + 25 + head_len(&kept) + 28);
+    out.extend_from_slice(&[VERSION_STREAMED, KIND_RESPONSE]);
+    match traceparent {
+        Some(parent) => {
+            out.push(1);
+            push_traceparent(&mut out, parent);
+        }
+        None => out.push(0),
+    }
+    push_head(&mut out, status, &kept);
+    out.extend_from_slice(&manifest.encode());
+    out
+}
+
+/// The headers a record keeps, in their order.
+fn kept(headers: &HeaderMap) -> Vec<(&HeaderName, &HeaderValue)> {
+    headers
+        .iter()
+        .filter(|(name, _)| is_recorded(name, headers))
+        .collect()
+}
+
+fn head_len(kept: &[(&HeaderName, &HeaderValue)]) -> usize {
+    kept.iter()
+        .map(|(name, value)| 6 + name.as_str().len() + value.len())
+        .sum()
+}
+
+fn push_traceparent(out: &mut Vec<u8>, parent: TraceParent) {
+    out.extend_from_slice(&parent.trace_id());
+    out.extend_from_slice(&parent.span_id());
+    out.push(parent.flags());
+}
+
+/// The status, the header count and the headers.
+fn push_head(out: &mut Vec<u8>, status: StatusCode, kept: &[(&HeaderName, &HeaderValue)]) {
     out.extend_from_slice(&status.as_u16().to_be_bytes());
     // `http` refuses maps this large long before these casts could wrap:
     // at most 32 768 entries, names under 64 KiB.
@@ -169,9 +241,6 @@ pub fn encode_traced(
         out.extend_from_slice(&(value.len() as u32).to_be_bytes());
         out.extend_from_slice(value.as_bytes());
     }
-    out.extend_from_slice(&(body.len() as u64).to_be_bytes());
-    out.extend_from_slice(body);
-    out
 }
 
 /// Encodes the marker for a request that ran without a replayable response.
@@ -179,6 +248,7 @@ pub fn encode_unreplayable(why: Unreplayable) -> Vec<u8> {
     let reason = match why {
         Unreplayable::TooLarge => 1,
         Unreplayable::BodyFailed => 2,
+        Unreplayable::RecordingFailed => 3,
     };
     vec![VERSION, KIND_NOT_REPLAYABLE, reason]
 }
@@ -200,52 +270,34 @@ pub fn decode_shared(payload: impl Into<Bytes>) -> Result<Stored, DecodeError> {
 fn decode_with(payload: &[u8], share: impl Fn(&[u8]) -> Bytes) -> Result<Stored, DecodeError> {
     let mut reader = Reader(payload);
     let version = reader.take(1)?[0];
-    if version != VERSION && version != VERSION_TRACED {
+    if ![VERSION, VERSION_TRACED, VERSION_STREAMED].contains(&version) {
         return Err(DecodeError("unknown format version"));
     }
     let stored = match reader.take(1)?[0] {
+        KIND_RESPONSE if version == VERSION_STREAMED => {
+            let traceparent = match reader.take(1)?[0] {
+                0 => None,
+                1 => Some(read_traceparent(&mut reader)?),
+                _ => return Err(DecodeError("unknown trace flag")),
+            };
+            let (status, headers) = read_head(&mut reader, &share)?;
+            let manifest = idem_core::chunks::Manifest::decode(
+                reader.take(idem_core::chunks::Manifest::ENCODED_LEN)?,
+            )
+            .ok_or(DecodeError("a damaged manifest"))?;
+            Stored::Streamed {
+                status,
+                headers,
+                traceparent,
+                manifest,
+            }
+        }
         KIND_RESPONSE => {
             let traceparent = match version {
-                VERSION_TRACED => Some(
-                    TraceParent::new(reader.array()?, reader.array()?, reader.take(1)?[0])
-                        .ok_or(DecodeError("an all-zero trace or span id"))?,
-                ),
+                VERSION_TRACED => Some(read_traceparent(&mut reader)?),
                 _ => None,
             };
-            let status = StatusCode::from_u16(reader.u16()?)
-                .map_err(|_| DecodeError("status out of range"))?;
-            let count = reader.u16()?;
-            // Each header takes at least six bytes, so a damaged count
-            // cannot make this allocate more than the payload justifies.
-            let mut headers = HeaderMap::new();
-            headers
-                .try_reserve(usize::from(count).min(reader.0.len() / 6))
-                .map_err(|_| DecodeError("too many headers"))?;
-            let mut last: Option<HeaderName> = None;
-            for _ in 0..count {
-                let len = usize::from(reader.u16()?);
-                let raw = reader.take(len)?;
-                let name =
-                    HeaderName::from_bytes(raw).map_err(|_| DecodeError("invalid header name"))?;
-                // Only what `encode` writes: lowercase names, headers it
-                // keeps, each name's values together.
-                if name.as_str().as_bytes() != raw {
-                    return Err(DecodeError("header name not in lowercase"));
-                }
-                if !is_recorded(&name, &headers) {
-                    return Err(DecodeError("a header that is never stored"));
-                }
-                if last.as_ref() != Some(&name) && headers.contains_key(&name) {
-                    return Err(DecodeError("a header name's values apart"));
-                }
-                last = Some(name.clone());
-                let len = reader.u32()? as usize;
-                let value = HeaderValue::from_maybe_shared(share(reader.take(len)?))
-                    .map_err(|_| DecodeError("invalid header value"))?;
-                headers
-                    .try_append(name, value)
-                    .map_err(|_| DecodeError("too many headers"))?;
-            }
+            let (status, headers) = read_head(&mut reader, &share)?;
             let len = usize::try_from(reader.u64()?)
                 .map_err(|_| DecodeError("body length out of range"))?;
             let body = share(reader.take(len)?);
@@ -259,6 +311,7 @@ fn decode_with(payload: &[u8], share: impl Fn(&[u8]) -> Bytes) -> Result<Stored,
         KIND_NOT_REPLAYABLE if version == VERSION => match reader.take(1)?[0] {
             1 => Stored::Unreplayable(Unreplayable::TooLarge),
             2 => Stored::Unreplayable(Unreplayable::BodyFailed),
+            3 => Stored::Unreplayable(Unreplayable::RecordingFailed),
             _ => return Err(DecodeError("unknown marker reason")),
         },
         _ => return Err(DecodeError("unknown payload kind")),
@@ -267,6 +320,52 @@ fn decode_with(payload: &[u8], share: impl Fn(&[u8]) -> Bytes) -> Result<Stored,
         return Err(DecodeError("trailing bytes"));
     }
     Ok(stored)
+}
+
+fn read_traceparent(reader: &mut Reader<'_>) -> Result<TraceParent, DecodeError> {
+    TraceParent::new(reader.array()?, reader.array()?, reader.take(1)?[0])
+        .ok_or(DecodeError("an all-zero trace or span id"))
+}
+
+/// Reads what [`push_head`] wrote.
+fn read_head(
+    reader: &mut Reader<'_>,
+    share: &impl Fn(&[u8]) -> Bytes,
+) -> Result<(StatusCode, HeaderMap), DecodeError> {
+    let status =
+        StatusCode::from_u16(reader.u16()?).map_err(|_| DecodeError("status out of range"))?;
+    let count = reader.u16()?;
+    // Each header takes at least six bytes, so a damaged count cannot make
+    // this allocate more than the payload justifies.
+    let mut headers = HeaderMap::new();
+    headers
+        .try_reserve(usize::from(count).min(reader.0.len() / 6))
+        .map_err(|_| DecodeError("too many headers"))?;
+    let mut last: Option<HeaderName> = None;
+    for _ in 0..count {
+        let len = usize::from(reader.u16()?);
+        let raw = reader.take(len)?;
+        let name = HeaderName::from_bytes(raw).map_err(|_| DecodeError("invalid header name"))?;
+        // Only what `encode` writes: lowercase names, headers it keeps,
+        // each name's values together.
+        if name.as_str().as_bytes() != raw {
+            return Err(DecodeError("header name not in lowercase"));
+        }
+        if !is_recorded(&name, &headers) {
+            return Err(DecodeError("a header that is never stored"));
+        }
+        if last.as_ref() != Some(&name) && headers.contains_key(&name) {
+            return Err(DecodeError("a header name's values apart"));
+        }
+        last = Some(name.clone());
+        let len = reader.u32()? as usize;
+        let value = HeaderValue::from_maybe_shared(share(reader.take(len)?))
+            .map_err(|_| DecodeError("invalid header value"))?;
+        headers
+            .try_append(name, value)
+            .map_err(|_| DecodeError("too many headers"))?;
+    }
+    Ok((status, headers))
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -302,7 +401,7 @@ impl<'a> Reader<'a> {
 
 /// The response a replay sends: the recorded status, headers and body, and
 /// `Idempotent-Replayed: true`.
-pub fn replay(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response<Bytes> {
+pub fn replay<B>(status: StatusCode, headers: HeaderMap, body: B) -> Response<B> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;

@@ -117,13 +117,55 @@ impl Body for Prefixed {
     }
 }
 
+impl ResponseBody {
+    /// The body of a response that streams through idem-http's frames.
+    pub(crate) fn frames(frames: idem_http::Frames) -> ResponseBody {
+        ResponseBody::new(FramesBody(frames))
+    }
+}
+
+/// idem-http's frames as a body.
+struct FramesBody(idem_http::Frames);
+
+impl Body for FramesBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        futures_core::Stream::poll_next(Pin::new(&mut self.0), cx)
+            .map(|frame| frame.map(|data| data.map(Frame::data)))
+    }
+}
+
 impl idem_http::ResponseBody for ResponseBody {
+    const STREAMS: bool = true;
+
+    fn exact_len(&self) -> Option<u64> {
+        self.size_hint().exact()
+    }
+
+    async fn frame(&mut self) -> Option<Result<Bytes, BoxError>> {
+        loop {
+            match BodyExt::frame(self).await? {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok(data));
+                    }
+                }
+                Err(error) => return Some(Err(error)),
+            }
+        }
+    }
+
     async fn collect(mut self, limit: usize) -> Collected<Self> {
         let mut read = BytesMut::new();
         if self.size_hint().lower() > limit as u64 {
             return Collected::TooLarge(self);
         }
-        while let Some(frame) = self.frame().await {
+        while let Some(frame) = BodyExt::frame(&mut self).await {
             match frame {
                 Ok(frame) => {
                     if let Ok(data) = frame.into_data() {

@@ -147,6 +147,14 @@ where
             reply.await.map(|reply| match reply {
                 Reply::Whole(response) => response.map(ResponseBody::full),
                 Reply::Handler(response) => response,
+                Reply::Streamed(response, recording) => {
+                    if let Some(recording) = recording {
+                        // It outlives the request: a client that hangs up
+                        // does not stop the recording.
+                        drop(tokio::spawn(recording.run()));
+                    }
+                    response.map(ResponseBody::frames)
+                }
                 _ => problem_response(Problem::Internal("unknown reply")),
             })
         },

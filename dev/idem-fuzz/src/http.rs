@@ -17,6 +17,13 @@ fn reencode(payload: &[u8]) -> Result<Vec<u8>, stored::DecodeError> {
             traceparent,
             ..
         } => stored::encode_traced(status, &headers, &body, traceparent),
+        Stored::Streamed {
+            status,
+            headers,
+            traceparent,
+            manifest,
+            ..
+        } => stored::encode_streamed(status, &headers, traceparent, manifest),
         Stored::Unreplayable(why) => stored::encode_unreplayable(why),
         other => panic!("a stored kind this target does not know: {other:?}"),
     })
@@ -53,7 +60,8 @@ pub fn stored_response(data: &[u8]) {
 }
 
 /// Payloads from the layer's encoder: responses with and without headers
-/// and body, repeated headers, one with a trace parent, and both markers.
+/// and body, repeated headers, one with a trace parent, responses
+/// recorded in chunks, and every marker.
 pub(crate) fn stored_response_seeds() -> Vec<Vec<u8>> {
     let json: &[(&str, &[u8])] = &[
         ("content-type", b"application/json"),
@@ -82,8 +90,29 @@ pub(crate) fn stored_response_seeds() -> Vec<Vec<u8>> {
         b"{}",
         parent,
     ));
+    // Version 3: responses recorded in chunks, with and without a trace
+    // parent.
+    let manifest = idem_core::chunks::Manifest::decode(&[9u8; 28]).expect("28 bytes");
+    let mut streamed = HeaderMap::new();
+    streamed.append(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    for parent in [None, parent] {
+        seeds.push(stored::encode_streamed(
+            StatusCode::OK,
+            &streamed,
+            parent,
+            manifest,
+        ));
+    }
     seeds.extend(
-        [Unreplayable::TooLarge, Unreplayable::BodyFailed].map(stored::encode_unreplayable),
+        [
+            Unreplayable::TooLarge,
+            Unreplayable::BodyFailed,
+            Unreplayable::RecordingFailed,
+        ]
+        .map(stored::encode_unreplayable),
     );
     seeds
 }

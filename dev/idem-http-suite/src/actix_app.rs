@@ -11,7 +11,10 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use idem_actix::IdempotencyMiddleware;
 use idem_http::Options;
 
-use crate::{binary_body, payment_body, Handlers, Scope, BIG_BODY};
+use crate::{
+    binary_body, event_frames, gated_event_frames, payment_body, stream_frames, Handlers, Scope,
+    BIG_BODY,
+};
 
 type H = web::Data<Handlers>;
 
@@ -60,6 +63,25 @@ async fn big(h: H) -> HttpResponse {
     HttpResponse::Ok().body(vec![b'x'; BIG_BODY])
 }
 
+async fn stream(h: H) -> HttpResponse {
+    h.run();
+    HttpResponse::Ok().streaming(stream_frames())
+}
+
+async fn events(h: H) -> HttpResponse {
+    h.run();
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(event_frames())
+}
+
+async fn gated_events(h: H) -> HttpResponse {
+    h.run();
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(gated_event_frames(h.into_inner()))
+}
+
 async fn broken(h: H) -> HttpResponse {
     h.run();
     let chunks: [Result<bytes::Bytes, std::io::Error>; 2] = [
@@ -100,6 +122,9 @@ pub(crate) fn serve(options: Options, scope: Scope, handlers: Arc<Handlers>) -> 
             .route("/flaky", web::post().to(flaky))
             .route("/big", web::post().to(big))
             .route("/broken", web::post().to(broken))
+            .route("/stream", web::post().to(stream))
+            .route("/events", web::post().to(events))
+            .route("/gated-events", web::post().to(gated_events))
             .route("/panic", web::post().to(panics))
     })
     .workers(2)

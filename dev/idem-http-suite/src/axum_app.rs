@@ -12,7 +12,10 @@ use idem_http::Options;
 use idem_tower::IdempotencyLayer;
 use tokio::net::TcpListener;
 
-use crate::{binary_body, payment_body, Handlers, Scope, BIG_BODY};
+use crate::{
+    binary_body, event_frames, gated_event_frames, payment_body, stream_frames, Handlers, Scope,
+    BIG_BODY,
+};
 
 async fn payments(
     State(h): State<Arc<Handlers>>,
@@ -73,6 +76,27 @@ async fn big(State(h): State<Arc<Handlers>>) -> impl IntoResponse {
     vec![b'x'; BIG_BODY]
 }
 
+async fn stream(State(h): State<Arc<Handlers>>) -> axum::body::Body {
+    h.run();
+    axum::body::Body::from_stream(stream_frames())
+}
+
+async fn events(State(h): State<Arc<Handlers>>) -> impl IntoResponse {
+    h.run();
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        axum::body::Body::from_stream(event_frames()),
+    )
+}
+
+async fn gated_events(State(h): State<Arc<Handlers>>) -> impl IntoResponse {
+    h.run();
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        axum::body::Body::from_stream(gated_event_frames(h)),
+    )
+}
+
 async fn broken(State(h): State<Arc<Handlers>>) -> axum::body::Body {
     h.run();
     let chunks: [Result<&'static str, std::io::Error>; 2] = [
@@ -107,6 +131,9 @@ pub(crate) async fn serve(options: Options, scope: Scope, handlers: Arc<Handlers
         .route("/flaky", routing::post(flaky))
         .route("/big", routing::post(big))
         .route("/broken", routing::post(broken))
+        .route("/stream", routing::post(stream))
+        .route("/events", routing::post(events))
+        .route("/gated-events", routing::post(gated_events))
         .route("/panic", routing::post(panics))
         .with_state(handlers)
         .layer(layer);

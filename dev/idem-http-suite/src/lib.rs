@@ -170,6 +170,88 @@ impl Handlers {
 /// The size `/big` answers with.
 pub const BIG_BODY: usize = 4096;
 
+/// `/stream` answers with this many bytes ([`stream_body`]), in frames of
+/// [`STREAM_FRAME`] bytes, pausing every 16 frames.
+pub const STREAM_BODY: usize = 3 * 1024 * 1024 + 17;
+
+/// The frame size of `/stream`: not a divisor of the chunk size, so frames
+/// straddle chunks.
+pub const STREAM_FRAME: usize = 10_007;
+
+/// How many events `/events` sends ([`event`]), each its own frame, pausing
+/// every 100.
+pub const EVENTS: usize = 2_000;
+
+/// The body `/stream` sends: every byte value, in a cycle no chunk length
+/// divides.
+pub fn stream_body() -> Vec<u8> {
+    (0..STREAM_BODY)
+        .map(|i| (i % 251) as u8 ^ (i / 251) as u8)
+        .collect()
+}
+
+/// Server-Sent Event `i` of `/events`.
+pub fn event(i: usize) -> String {
+    format!("id: {i}\nevent: token\ndata: {{\"n\":{i},\"text\":\"word {i}\"}}\n\n")
+}
+
+/// The frames of `/stream`, pausing as a generator would.
+fn stream_frames() -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    let body = bytes::Bytes::from(stream_body());
+    let frames: Vec<bytes::Bytes> = (0..body.len())
+        .step_by(STREAM_FRAME)
+        .map(|at| body.slice(at..(at + STREAM_FRAME).min(body.len())))
+        .collect();
+    paced(frames, 16)
+}
+
+/// The events of `/events`, one frame each.
+fn event_frames() -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    paced(
+        (0..EVENTS).map(|i| bytes::Bytes::from(event(i))).collect(),
+        100,
+    )
+}
+
+/// How many events `/gated-events` sends before it waits at the gate; as
+/// many follow.
+pub const GATED_EVENTS: usize = 10;
+
+/// The events of `/gated-events`: [`GATED_EVENTS`], then a wait for a
+/// permit of `gate`, then as many again.
+fn gated_event_frames(
+    handlers: Arc<Handlers>,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures_util::stream::unfold((handlers, 0), |(handlers, sent)| async move {
+        if sent == 2 * GATED_EVENTS {
+            return None;
+        }
+        if sent == GATED_EVENTS {
+            // A closed semaphore means the test is over; going on is fine.
+            let _ = handlers.gate.acquire().await.map(|permit| permit.forget());
+        }
+        let frame = bytes::Bytes::from(event(sent));
+        Some((Ok(frame), (handlers, sent + 1)))
+    })
+}
+
+/// `frames` as a stream that sleeps a millisecond every `every` frames.
+fn paced(
+    frames: Vec<bytes::Bytes>,
+    every: usize,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures_util::stream::unfold(
+        (frames.into_iter(), 0),
+        move |(mut frames, sent)| async move {
+            if sent > 0 && sent % every == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let frame = frames.next()?;
+            Some((Ok(frame), (frames, sent + 1)))
+        },
+    )
+}
+
 /// What `/payments` answers: the run number, the tenant and the body length.
 fn payment_body(run: usize, tenant: &str, body_len: usize) -> String {
     format!(r#"{{"run":{run},"tenant":"{tenant}","echo":{body_len}}}"#)

@@ -5,4 +5,5 @@ mod cases;
 mod cross;
 mod faults;
 mod knobs;
+mod streams;
 mod waiting;
