@@ -6,4 +6,5 @@ pub mod inbox;
 pub mod replicas;
 pub mod scale;
 pub mod serve;
+pub mod streams;
 pub mod wake;
