@@ -19,16 +19,19 @@ pub enum Server {
     Nats,
     /// RabbitMQ (AMQP 0-9-1), for `idem-broker`.
     Amqp,
+    /// A Kafka-protocol broker (Tansu in CI), for `idem-broker`.
+    Kafka,
 }
 
 impl Server {
     /// Every server, in a fixed order.
-    pub const ALL: [Server; 5] = [
+    pub const ALL: [Server; 6] = [
         Server::Redis,
         Server::Postgres,
         Server::MySql,
         Server::Nats,
         Server::Amqp,
+        Server::Kafka,
     ];
 
     /// Its name in messages.
@@ -39,6 +42,7 @@ impl Server {
             Server::MySql => "MySQL",
             Server::Nats => "NATS",
             Server::Amqp => "RabbitMQ",
+            Server::Kafka => "Kafka",
         }
     }
 
@@ -50,6 +54,7 @@ impl Server {
             Server::MySql => "IDEM_MYSQL_URL",
             Server::Nats => "IDEM_NATS_URL",
             Server::Amqp => "IDEM_AMQP_URL",
+            Server::Kafka => "IDEM_KAFKA_URL",
         }
     }
 
@@ -62,6 +67,8 @@ impl Server {
             Server::MySql => "mysql://root@127.0.0.1:3306/test",
             Server::Nats => "nats://127.0.0.1:4222",
             Server::Amqp => "amqp://guest:guest@127.0.0.1:5672/%2f",
+            // Kafka clients take `host:port` lists, not URLs.
+            Server::Kafka => "127.0.0.1:9092",
         }
     }
 
@@ -73,6 +80,7 @@ impl Server {
             Server::MySql => 3306,
             Server::Nats => 4222,
             Server::Amqp => 5672,
+            Server::Kafka => 9092,
         }
     }
 

@@ -83,7 +83,7 @@ impl Server {
             (Server::Postgres, _) => Cleanup::postgres(url, drop_table),
             (Server::MySql, _) => Cleanup::mysql(url, drop_table),
             // Brokers hold no idem records.
-            (Server::Nats | Server::Amqp, _) => Cleanup::none(),
+            (Server::Nats | Server::Amqp | Server::Kafka, _) => Cleanup::none(),
         }
     }
 }
