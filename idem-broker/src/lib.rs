@@ -1,13 +1,16 @@
 //! Idempotent consumers on the brokers users already run — NATS
-//! JetStream, RabbitMQ and Redis Streams: each message's handler runs under
-//! idem's `execute`, keyed by the message id, and the delivery is acked
-//! only after the outcome is recorded.
+//! JetStream, RabbitMQ, Redis Streams and Kafka: each message's handler
+//! runs under idem's `execute`, keyed by the message id, and the delivery
+//! is acked (on Kafka: its offset committed) only after the outcome is
+//! recorded.
 //!
 //! Every broker delivers at least once. JetStream redelivers after its ack
 //! wait and takes a late ack from whoever sends it; RabbitMQ redelivers
 //! what a closed channel held; Redis Streams keep an entry pending until
-//! someone claims it. Their dedupe windows (JetStream's `Nats-Msg-Id`
-//! window: two minutes by default) are far shorter than producer retries.
+//! someone claims it; Kafka re-reads from the last committed offset after
+//! a crash or a rebalance. Their dedupe windows (JetStream's `Nats-Msg-Id`
+//! window: two minutes by default; Kafka's idempotent producer: one
+//! producer session) are far shorter than producer retries.
 //! A [`Consumer`] closes the gap on any idem store:
 //!
 //! ```
@@ -30,8 +33,11 @@
 //! The loop is written once ([`consumer`]); a broker is a [`Source`] of
 //! [`Delivery`]s: [`nats::JetStreamSource`], [`amqp::AmqpSource`],
 //! [`streams::RedisStreamSource`] (features `nats`, `amqp`,
-//! `redis-streams`, all on by default). Each module says what its broker
-//! guarantees, what idem adds, and carries a short example.
+//! `redis-streams`, all on by default) and `kafka::KafkaSource` (feature
+//! `kafka`, off by default: it builds librdkafka from its C source, about
+//! two minutes of CPU, which a user of the other brokers should not pay).
+//! Each module says what its broker guarantees, what idem adds, and
+//! carries a short example.
 //!
 //! # What a delivery costs
 //!
@@ -39,7 +45,8 @@
 //! 1 for a redelivery or duplicate of a recorded message (the replay),
 //! plus one renewal per third of the lease while a long handler runs. On
 //! the broker: one ack (JetStream's is confirmed), plus one in-progress
-//! ack or idle reset per heartbeat.
+//! ack or idle reset per heartbeat; on Kafka, one offset commit per
+//! partition per commit interval (100 ms), whatever the messages.
 //!
 //! # Decisions where the design is silent
 //!
@@ -66,9 +73,11 @@
 //! # Tests and the failures they reproduce
 //!
 //! `tests/brokers` runs every case on the real brokers (NATS with
-//! JetStream, RabbitMQ, Redis; found through `IDEM_NATS_URL`,
-//! `IDEM_AMQP_URL`, `IDEM_REDIS_URL`; skipped with a reason when one is
-//! missing, failed under `CI`), each on fresh stream, queue and key names:
+//! JetStream, RabbitMQ, Redis, and with the `kafka` feature a
+//! Kafka-protocol broker — Tansu in CI; found through `IDEM_NATS_URL`,
+//! `IDEM_AMQP_URL`, `IDEM_REDIS_URL`, `IDEM_KAFKA_URL` (`host:port`,
+//! default `127.0.0.1:9092`); skipped with a reason when one is missing,
+//! failed under `CI`), each on fresh stream, queue, topic and key names:
 //!
 //! | test | failure reproduced |
 //! |---|---|
@@ -80,6 +89,8 @@
 //! | `a_message_without_an_id_is_dead_lettered_unrun` | an entry with no id to key it by |
 //! | `shutdown_lets_running_handlers_finish_on_every_broker` | shutdown in the middle of a handler |
 //! | `consumers_killed_mid_handler_lose_nothing_and_run_nothing_twice_on_every_broker` | consumers (child processes) killed with SIGKILL mid-handler while every message is published twice |
+//! | `kafka::a_duplicate_from_a_new_producer_session_makes_one_effect` | a producer restarted (a new idempotent-producer session) publishing the same events again |
+//! | `kafka::a_rebalance_mid_handler_loses_nothing_and_runs_nothing_twice` | a consumer joining the group while another is in the middle of its handlers |
 //!
 //! The kill test scales with `IDEM_BROKER_KILLS` (default 5) and
 //! `IDEM_BROKER_MESSAGES` (default 40). Its handler charges through an API
@@ -91,8 +102,8 @@
 //!
 //! # Behind idem-inbox's webhook receiver
 //!
-//! The three brokers take the place of the inbox's table queue on the
-//! receiving side: [`enqueue::Enqueuer`] is an [`idem_inbox::Enqueue`]
+//! The brokers take the place of the inbox's table queue on the
+//! receiving side (on Kafka, through `kafka::KafkaPublisher`): [`enqueue::Enqueuer`] is an [`idem_inbox::Enqueue`]
 //! that publishes each verified event, confirmed, once per (source, event
 //! id) for three days (idem's store remembers what was published; the
 //! brokers' own dedupe windows are minutes or nothing), and this crate's
@@ -109,6 +120,8 @@ pub mod delivery;
 pub mod enqueue;
 mod error;
 pub mod handler;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
 #[cfg(feature = "redis-streams")]
@@ -124,5 +137,7 @@ pub use idem_inbox::Backoff;
 pub use async_nats;
 #[cfg(feature = "amqp")]
 pub use lapin;
+#[cfg(feature = "kafka")]
+pub use rdkafka;
 #[cfg(feature = "redis-streams")]
 pub use redis;

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use idem_broker::{BrokerError, Consumer, Delivery, Message, Outcome, Source};
 
 use crate::support::{Fixture, Kind};
-use crate::{quick, KINDS};
+use crate::{kinds, quick};
 
 /// A real delivery whose ack is never sent: the consumer believes it
 /// acked, the broker never hears of it.
@@ -97,7 +97,7 @@ async fn a_withheld_ack_is_redelivered_and_replayed(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withheld_ack_is_redelivered_and_replayed_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         a_withheld_ack_is_redelivered_and_replayed(kind).await;
     }
 }
@@ -225,7 +225,7 @@ async fn shutdown_lets_running_handlers_finish(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_running_handlers_finish_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         shutdown_lets_running_handlers_finish(kind).await;
     }
 }

@@ -13,7 +13,7 @@ use idem_inbox::verify::StandardWebhooks;
 use idem_inbox::{Received, Receiver};
 
 use crate::support::{Fixture, Kind};
-use crate::{quick, KINDS};
+use crate::{kinds, quick};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const EVENTS: usize = 12;
@@ -128,7 +128,7 @@ async fn webhooks_are_published_once_and_handled_once(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_are_published_once_and_handled_once_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         webhooks_are_published_once_and_handled_once(kind).await;
     }
 }
@@ -176,7 +176,7 @@ async fn a_publish_whose_record_was_lost_is_handled_once(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publish_whose_record_was_lost_is_handled_once_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         a_publish_whose_record_was_lost_is_handled_once(kind).await;
     }
 }

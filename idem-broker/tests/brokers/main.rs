@@ -1,10 +1,12 @@
-//! idem-broker against real brokers: NATS JetStream, RabbitMQ and Redis
-//! Streams. Every test runs once per broker, on fresh names; nothing here
+//! idem-broker against real brokers: NATS JetStream, RabbitMQ, Redis
+//! Streams and (feature `kafka`) a Kafka-protocol broker. Every test runs once per broker, on fresh names; nothing here
 //! mocks a broker.
 
 mod child;
 mod delivery;
 mod inbox;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod support;
 
 use std::sync::{Mutex, OnceLock};
@@ -57,7 +59,22 @@ fn delivered(namespace: &str, outcome: Outcome) -> u64 {
         .sum()
 }
 
+#[cfg(not(feature = "kafka"))]
 const KINDS: [Kind; 3] = [Kind::Nats, Kind::Amqp, Kind::Streams];
+#[cfg(feature = "kafka")]
+const KINDS: [Kind; 4] = [Kind::Nats, Kind::Amqp, Kind::Streams, Kind::Kafka];
+
+/// The brokers the shared cases run on: every one, or those named in
+/// `IDEM_BROKERS` (`nats,amqp,streams,kafka`), to repeat one broker's runs.
+fn kinds() -> Vec<Kind> {
+    match std::env::var("IDEM_BROKERS") {
+        Ok(names) => KINDS
+            .into_iter()
+            .filter(|kind| names.split(',').any(|name| name.trim() == kind.name()))
+            .collect(),
+        Err(_) => KINDS.to_vec(),
+    }
+}
 
 fn quick() -> ConsumerConfig {
     ConsumerConfig::default()
@@ -106,7 +123,7 @@ async fn duplicate_publishes_run_once(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_publishes_run_once_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         duplicate_publishes_run_once(kind).await;
     }
 }
@@ -172,7 +189,7 @@ async fn poison_messages_are_dead_lettered(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_messages_are_dead_lettered_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         poison_messages_are_dead_lettered(kind).await;
     }
 }
@@ -223,7 +240,7 @@ async fn a_failed_message_is_retried_until_it_succeeds(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_message_is_retried_until_it_succeeds_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         a_failed_message_is_retried_until_it_succeeds(kind).await;
     }
 }
@@ -290,7 +307,7 @@ async fn a_duplicate_waiting_out_a_long_handler_is_not_dead_lettered(kind: Kind)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_waiting_out_a_long_handler_is_not_dead_lettered_on_every_broker() {
-    for kind in KINDS {
+    for kind in kinds() {
         a_duplicate_waiting_out_a_long_handler_is_not_dead_lettered(kind).await;
     }
 }

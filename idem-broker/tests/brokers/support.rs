@@ -28,6 +28,8 @@ pub(crate) enum Kind {
     Nats,
     Amqp,
     Streams,
+    #[cfg(feature = "kafka")]
+    Kafka,
 }
 
 impl Kind {
@@ -36,6 +38,8 @@ impl Kind {
             Kind::Nats => "nats",
             Kind::Amqp => "amqp",
             Kind::Streams => "streams",
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => "kafka",
         }
     }
 
@@ -43,6 +47,8 @@ impl Kind {
         match name {
             "nats" => Kind::Nats,
             "amqp" => Kind::Amqp,
+            #[cfg(feature = "kafka")]
+            "kafka" => Kind::Kafka,
             _ => Kind::Streams,
         }
     }
@@ -52,6 +58,8 @@ impl Kind {
             Kind::Nats => Server::Nats,
             Kind::Amqp => Server::Amqp,
             Kind::Streams => Server::Redis,
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => Server::Kafka,
         }
     }
 }
@@ -68,6 +76,8 @@ pub(crate) struct Fixture {
     nats: Option<jetstream::Context>,
     amqp: Option<lapin::Connection>,
     amqp_url: String,
+    #[cfg(feature = "kafka")]
+    kafka: Option<idem_broker::kafka::KafkaPublisher>,
     _cleanup: Vec<Cleanup>,
 }
 
@@ -108,6 +118,8 @@ impl Fixture {
         let mut nats = None;
         let mut amqp = None;
         let amqp_url = Server::Amqp.url();
+        #[cfg(feature = "kafka")]
+        let mut kafka = None;
         match kind {
             Kind::Nats => {
                 let client = async_nats::connect(Server::Nats.url()).await.unwrap();
@@ -205,6 +217,17 @@ impl Fixture {
                 amqp = Some(connection);
             }
             Kind::Streams => {}
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => {
+                if create {
+                    crate::kafka::create_topics(name).await;
+                    let name = name.to_owned();
+                    cleanup.push(Cleanup::new(format!("delete topics {name}"), move || {
+                        runtime().block_on(crate::kafka::delete_topics(&name))
+                    }));
+                }
+                kafka = Some(crate::kafka::publisher(name));
+            }
         }
         Some(Fixture {
             kind,
@@ -215,6 +238,8 @@ impl Fixture {
             nats,
             amqp,
             amqp_url,
+            #[cfg(feature = "kafka")]
+            kafka,
             _cleanup: cleanup,
         })
     }
@@ -270,6 +295,15 @@ impl Fixture {
                 .await
                 .unwrap();
             }
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => {
+                self.kafka
+                    .as_ref()
+                    .unwrap()
+                    .send(id, payload)
+                    .await
+                    .unwrap();
+            }
         }
     }
 
@@ -293,6 +327,8 @@ impl Fixture {
                 .await
                 .unwrap(),
             ),
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => Box::new(crate::kafka::publisher(&self.name)),
         }
     }
 
@@ -332,6 +368,8 @@ impl Fixture {
                 .query_async(&mut self.redis.clone())
                 .await
                 .unwrap(),
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => crate::kafka::published(&self.name),
         }
     }
 
@@ -383,6 +421,8 @@ impl Fixture {
                 .with_dead_letter_stream(format!("{}:dead", self.name))
                 .with_batch(4),
             ),
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => Box::new(crate::kafka::source(&self.name)),
         }
     }
 
@@ -466,6 +506,8 @@ impl Fixture {
                     })
                     .collect()
             }
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => crate::kafka::dead_letters(&self.name),
         }
     }
 
@@ -522,6 +564,8 @@ impl Fixture {
                 };
                 number("pending") + number("lag")
             }
+            #[cfg(feature = "kafka")]
+            Kind::Kafka => crate::kafka::unsettled(&self.name),
         }
     }
 
