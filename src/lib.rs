@@ -40,7 +40,7 @@
 //! | `tonic` | `idem::tonic` | gRPC: unary calls once per key for tonic servers, safe retries for clients |
 //! | `client` | `idem::client` | the retrying reqwest client |
 //! | `inbox`, `inbox-postgres`, `inbox-actix` | `idem::inbox` | the webhook inbox and its queues |
-//! | `nats`, `amqp`, `redis-streams` | `idem::broker` | idempotent broker consumers |
+//! | `nats`, `amqp`, `redis-streams`, `kafka` | `idem::broker` | idempotent broker consumers |
 //! | `conformance` | `idem::conformance` | the kit that proves a store of your own |
 //! | `mcp` | `idem::mcp` | MCP tool calls an agent can retry, with an approval gate |
 //! | `proxy` | `idem::proxy` | the reverse proxy, as a library |
@@ -54,7 +54,12 @@ pub use idem_core::*;
 #[cfg(feature = "actix")]
 #[doc(inline)]
 pub use idem_actix as actix;
-#[cfg(any(feature = "nats", feature = "amqp", feature = "redis-streams"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "amqp",
+    feature = "redis-streams",
+    feature = "kafka"
+))]
 #[doc(inline)]
 pub use idem_broker as broker;
 #[cfg(feature = "client")]
