@@ -108,7 +108,13 @@ impl Fixture {
         kind.server().require()?;
         let redis = redis::Client::open(redis_url.as_str())
             .unwrap()
-            .get_multiplexed_async_connection()
+            // redis-rs gives up on a reply after 500 ms by default: on a
+            // loaded test machine (both cores busy) the effects and call
+            // counters this connection reads then fail the test.
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(Duration::from_secs(10))),
+            )
             .await
             .unwrap();
         let mut cleanup = Vec::new();
