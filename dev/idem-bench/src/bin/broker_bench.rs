@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p idem-bench --bin broker-bench -- --help`
 //!
-//! For each broker (NATS JetStream, RabbitMQ, Redis Streams) and idem store
+//! For each broker (NATS JetStream, RabbitMQ, Redis Streams, Kafka) and idem store
 //! (Redis, SQLite), every repetition publishes the messages on fresh names
 //! and consumes them twice over, alternating: a raw consumer (take, work,
 //! ack) and idem's consumer (take, claim, work, record, ack), both through
@@ -18,6 +18,12 @@
 //! the store, the work and the ack, against the cycle (concurrency over
 //! throughput); what the cycle holds beyond them is waiting for deliveries
 //! and for a turn on the runtime.
+//!
+//! Kafka's messages carry 1 KiB payloads (`--kafka-payload`), the others
+//! `{}`; its consumers join a group before the clock starts, and every
+//! run reads a topic of one partition through the same `KafkaSource`
+//! (the raw run acks through it too, so offsets are committed the same
+//! way).
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -28,11 +34,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use clap::Parser;
 use idem_broker::async_nats::jetstream::{self, consumer::pull, stream};
+use idem_broker::kafka::{KafkaPublisher, KafkaSource};
 use idem_broker::lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use idem_broker::lapin::types::FieldTable;
 use idem_broker::lapin::{self, BasicProperties};
+use idem_broker::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use idem_broker::rdkafka::client::DefaultClientContext;
+use idem_broker::rdkafka::ClientConfig;
 use idem_broker::redis;
 use idem_broker::{
     amqp::AmqpSource, nats::JetStreamSource, streams::RedisStreamSource, Consumer, ConsumerConfig,
@@ -71,8 +81,8 @@ struct Args {
     /// throughput).
     #[arg(long)]
     steps: bool,
-    /// Brokers, comma-separated: nats, amqp, streams.
-    #[arg(long, value_delimiter = ',', default_value = "nats,amqp,streams")]
+    /// Brokers, comma-separated: nats, amqp, streams, kafka.
+    #[arg(long, value_delimiter = ',', default_value = "nats,amqp,streams,kafka")]
     brokers: Vec<String>,
     /// idem stores, comma-separated: redis, sqlite.
     #[arg(long, value_delimiter = ',', default_value = "redis,sqlite")]
@@ -90,6 +100,12 @@ struct Args {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     amqp_url: String,
+    /// A Kafka-protocol broker (`host:port`).
+    #[arg(long, env = "IDEM_KAFKA_URL", default_value = "127.0.0.1:9092")]
+    kafka_url: String,
+    /// Bytes of each Kafka message's payload.
+    #[arg(long, default_value_t = 1024)]
+    kafka_payload: usize,
     /// Rewrite the brokers table in this Markdown file between its
     /// markers: `--markdown BENCHMARKS.md`.
     #[arg(long, value_name = "FILE")]
@@ -253,6 +269,7 @@ enum Broker {
     Nats,
     Amqp,
     Streams,
+    Kafka,
 }
 
 impl fmt::Display for Broker {
@@ -261,6 +278,7 @@ impl fmt::Display for Broker {
             Broker::Nats => "nats",
             Broker::Amqp => "amqp",
             Broker::Streams => "streams",
+            Broker::Kafka => "kafka",
         })
     }
 }
@@ -272,6 +290,7 @@ struct Lane<'a> {
     name: String,
     nats: Option<jetstream::Context>,
     amqp: Option<lapin::Connection>,
+    kafka: Option<KafkaPublisher>,
     redis: redis::aio::MultiplexedConnection,
 }
 
@@ -287,6 +306,7 @@ impl<'a> Lane<'a> {
             name,
             nats: None,
             amqp: None,
+            kafka: None,
             redis,
         };
         match broker {
@@ -333,6 +353,14 @@ impl<'a> Lane<'a> {
                 lane.amqp = Some(connection);
             }
             Broker::Streams => {}
+            Broker::Kafka => {
+                let admin: AdminClient<DefaultClientContext> = lane.kafka_config().create()?;
+                let topic = NewTopic::new(&lane.name, 1, TopicReplication::Fixed(1));
+                for created in admin.create_topics([&topic], &AdminOptions::new()).await? {
+                    created.map_err(|(topic, code)| format!("creating {topic}: {code}"))?;
+                }
+                lane.kafka = Some(KafkaPublisher::new(lane.kafka_config(), &lane.name)?);
+            }
         }
         Ok(lane)
     }
@@ -401,8 +429,25 @@ impl<'a> Lane<'a> {
                 }
                 pipe.query_async::<()>(&mut self.redis.clone()).await?;
             }
+            Broker::Kafka => {
+                let publisher = self.kafka.as_ref().ok_or("no kafka")?;
+                let payload = vec![b'x'; self.args.kafka_payload];
+                let sends = (0..messages).map(|n| {
+                    let payload = &payload;
+                    async move { publisher.send(&format!("m-{n}"), payload).await }
+                });
+                for sent in futures_util::future::join_all(sends).await {
+                    sent?;
+                }
+            }
         }
         Ok(())
+    }
+
+    fn kafka_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.args.kafka_url);
+        config
     }
 
     fn stream_key(&self) -> String {
@@ -454,6 +499,18 @@ impl<'a> Lane<'a> {
                 ),
                 None,
             ),
+            Broker::Kafka => {
+                let mut config = self.kafka_config();
+                config.set("group.id", format!("{}-group", self.name));
+                let source = KafkaSource::builder(config, &self.name)
+                    .with_prefetch(batch)
+                    .start()?;
+                // The group's rebalance is not part of the rate.
+                if !source.assigned(Duration::from_secs(30)).await {
+                    return Err("the Kafka group assigned no partition in 30 s".into());
+                }
+                (Box::new(source), None)
+            }
         })
     }
 
@@ -477,6 +534,12 @@ impl<'a> Lane<'a> {
                 connection.close(200, "done").await?;
             }
             Broker::Streams => {}
+            Broker::Kafka => {
+                let admin: AdminClient<DefaultClientContext> = self.kafka_config().create()?;
+                admin
+                    .delete_topics(&[&self.name], &AdminOptions::new())
+                    .await?;
+            }
         }
         let mut redis = self.redis.clone();
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -665,6 +728,7 @@ async fn main() -> Result<(), BoxError> {
             "nats" => Broker::Nats,
             "amqp" => Broker::Amqp,
             "streams" => Broker::Streams,
+            "kafka" => Broker::Kafka,
             other => return Err(format!("unknown broker {other}").into()),
         };
         for store_name in &args.stores {
