@@ -107,28 +107,41 @@ fn watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> Vec<(i64
             let (low, high) = consumer.fetch_watermarks(topic, p, TIMEOUT).unwrap();
             (
                 low,
-                read_to_end(topic, p, (high - 1).max(low), |_| {}).max(high),
+                read_to_end(topic, p, (high - 1).max(low), high, |_| {}),
             )
         })
         .collect()
 }
 
-/// Reads `topic`'s `partition` from `from` until 300 ms pass with nothing
-/// new, giving each message to `each`; returns the offset after the last.
+/// Reads `topic`'s `partition` from `from` up to at least `known_end`
+/// (the high watermark the broker reported), then on until 300 ms pass
+/// with nothing new, giving each message to `each`; returns the offset
+/// after the last (at least `known_end`).
 fn read_to_end(
     topic: &str,
     partition: i32,
     from: i64,
+    known_end: i64,
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> i64 {
+    if known_end <= from {
+        return known_end.max(from);
+    }
     let consumer = reader(None);
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, partition, Offset::Offset(from))
         .unwrap();
     consumer.assign(&list).unwrap();
+    let deadline = Instant::now() + TIMEOUT;
     let mut end = from;
     let mut quiet = Instant::now();
-    while quiet.elapsed() < Duration::from_millis(300) {
+    // Silence proves the end only once the reported end is reached: the
+    // first fetch of a fresh consumer can take longer than the quiet time.
+    while end < known_end || quiet.elapsed() < Duration::from_millis(300) {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}/{partition}: read to {end}, not to {known_end}"
+        );
         if let Some(message) = consumer.poll(Duration::from_millis(50)) {
             let message = message.unwrap();
             end = end.max(message.offset() + 1);
@@ -176,8 +189,9 @@ pub(crate) fn unsettled(name: &str) -> u64 {
 /// The dead letters: (key header, reason header).
 pub(crate) fn dead_letters(name: &str) -> Vec<(String, String)> {
     let dead = format!("{name}.dead");
+    let (low, high) = reader(None).fetch_watermarks(&dead, 0, TIMEOUT).unwrap();
     let mut out = Vec::new();
-    read_to_end(&dead, 0, 0, |message| {
+    read_to_end(&dead, 0, low, high, |message| {
         let header = |key: &str| {
             message
                 .headers()
