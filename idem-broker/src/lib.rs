@@ -34,8 +34,9 @@
 //! [`Delivery`]s: [`nats::JetStreamSource`], [`amqp::AmqpSource`],
 //! [`streams::RedisStreamSource`] (features `nats`, `amqp`,
 //! `redis-streams`, all on by default) and `kafka::KafkaSource` (feature
-//! `kafka`, off by default: it builds librdkafka from its C source, about
-//! two minutes of CPU, which a user of the other brokers should not pay).
+//! `kafka`, off by default: it builds librdkafka from its C source,
+//! five minutes and more on two cores, which a user of the other brokers
+//! should not pay; `dev/idem-bench/notes/2026-12-03-kafka.md`).
 //! Each module says what its broker guarantees, what idem adds, and
 //! carries a short example.
 //!

@@ -1,5 +1,5 @@
-//! Kafka: a consumer group as a [`Source`], and a producer that carries
-//! the idem key.
+//! Kafka: a consumer group as a [`Source`](crate::Source), and a
+//! producer that carries the idem key.
 //!
 //! ```no_run
 //! use idem_broker::kafka::{KafkaPublisher, KafkaSource, KeyFrom};
@@ -64,7 +64,7 @@
 //!   crash re-reads the settled messages after that point; idem replays
 //!   them at one store round trip each.
 //! * **Commits are batched**: at most every
-//!   [`commit_interval`](KafkaSource::with_commit_interval) (default
+//!   [`commit_interval`](KafkaSourceBuilder::with_commit_interval) (default
 //!   100 ms), asynchronously, and synchronously when partitions are
 //!   revoked and when the source is dropped. An ack is therefore final
 //!   for idem at once and for Kafka a moment later.
@@ -76,21 +76,22 @@
 //!   limit bounds the attempts of one consumer.
 //! * **Rebalances drain.** When partitions are revoked, the source stops
 //!   handing out their messages, waits up to the
-//!   [`revoke_grace`](KafkaSource::with_revoke_grace) (default 10 s) for the
+//!   [`revoke_grace`](KafkaSourceBuilder::with_revoke_grace) (default 10 s) for the
 //!   handlers running on them, commits what settled and lets them go. A
 //!   handler still running then settles nothing: the new owner re-reads the
 //!   message, meets this handler's live idem lease, waits it out, and
 //!   replays the outcome.
 //! * **librdkafka runs on a thread of its own**, which polls, commits and
 //!   serves rebalance callbacks; messages reach the consumer loop through a
-//!   channel of [`prefetch`](KafkaSource::with_prefetch) slots (default 64).
+//!   channel of [`prefetch`](KafkaSourceBuilder::with_prefetch) slots (default 64).
 //!   A rebalance callback may block that thread while it drains; it never
 //!   blocks the async runtime.
-//! * **rdkafka** (librdkafka, built from source with `cmake-build`) is the
+//! * **rdkafka** (librdkafka, built from its bundled source) is the
 //!   client: it has consumer groups with manual commits, rebalance
 //!   callbacks, headers and the idempotent producer. Debian's
-//!   `librdkafka-dev` (2.0.2) is older than the 2.12 that rdkafka 0.39 links
-//!   against, and the pure-Rust clients lack consumer groups or commits.
+//!   `librdkafka-dev` (2.0.2) is older than the 2.12.1 that rdkafka 0.39
+//!   links against, its `cmake-build` fails on librdkafka 2.12.1 without
+//!   curl, and the pure-Rust clients lack consumer groups or commits.
 //!   Build times are in `dev/idem-bench/notes/2026-12-03-kafka.md`.
 
 mod offsets;

@@ -169,7 +169,7 @@ impl KafkaSource {
     /// to `<topic>.dead` unless
     /// [`with_dead_letter_topic`](KafkaSource::with_dead_letter_topic) says
     /// otherwise; keys come from the [`KEY_HEADER`] header unless
-    /// [`with_key`](KafkaSource::with_key) says otherwise.
+    /// [`with_key`](KafkaSourceBuilder::with_key) says otherwise.
     /// Reading starts at once; [`builder`](KafkaSource::builder) takes
     /// the options that shape it first.
     pub fn new(config: ClientConfig, topic: &str) -> Result<KafkaSource, BrokerError> {
