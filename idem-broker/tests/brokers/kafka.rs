@@ -248,16 +248,15 @@ async fn a_duplicate_from_a_new_producer_session_makes_one_effect() {
 /// its handlers: the first's partitions are revoked, its running handlers
 /// finish and their offsets are committed before the partitions move, so
 /// the new owner neither loses a message nor reads a settled one again
-/// (no replays, nothing abandoned) and every handler ran once.
+/// (no replays, nothing abandoned) and every handler ran once. Messages
+/// keep coming until the second consumer has handled some, so the
+/// rebalance lands mid-stream however long the group takes to form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebalance_mid_handler_loses_nothing_and_runs_nothing_twice() {
     let Some(fixture) = Fixture::new(Kind::Kafka, Duration::from_secs(2)).await else {
         return;
     };
-    const MESSAGES: usize = 24;
-    for n in 0..MESSAGES {
-        fixture.publish(&format!("ship-{n}"), b"{}").await;
-    }
+    let fixture = Arc::new(fixture);
     let calls = Arc::new(AtomicU64::new(0));
     let effects = fixture.effect_handler();
     let handler = {
@@ -274,6 +273,23 @@ async fn a_rebalance_mid_handler_loses_nothing_and_runs_nothing_twice() {
     let idem = fixture.idem(Duration::from_secs(10)).await;
     let first = Consumer::new(idem.clone()).with_config(quick());
     let second = Consumer::new(idem).with_config(quick());
+    // Publishes a message every 50 ms (faster than one consumer's four
+    // 300 ms handlers take them) until the second consumer has handled
+    // some and at least 24 are out, or 40 s pass; returns how many.
+    let publishing = {
+        let (fixture, second) = (fixture.clone(), second.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(40);
+            let mut n = 0;
+            while (n < 24 || second.stats().of(Outcome::Handled) == 0) && Instant::now() < deadline
+            {
+                fixture.publish(&format!("ship-{n}"), b"{}").await;
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            n
+        })
+    };
     let stop = Arc::new(tokio::sync::Notify::new());
     let run = |consumer: &Consumer, source: Box<dyn Source>| {
         let (consumer, handler, stop) = (consumer.clone(), handler.clone(), stop.clone());
@@ -294,15 +310,17 @@ async fn a_rebalance_mid_handler_loses_nothing_and_runs_nothing_twice() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let b = run(&second, Box::new(source(&fixture.name)));
+    let published = publishing.await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let effects = fixture.effects().await;
-        if effects.len() == MESSAGES && fixture.unsettled().await == 0 {
+        if effects.len() == published && fixture.unsettled().await == 0 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "not drained: effects {effects:?}, unsettled {}",
+            "not drained: {} of {published} effects, unsettled {}",
+            effects.len(),
             fixture.unsettled().await
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -314,14 +332,16 @@ async fn a_rebalance_mid_handler_loses_nothing_and_runs_nothing_twice() {
     assert!(effects.values().all(|n| *n == 1), "{effects:?}");
     assert_eq!(
         calls.load(Ordering::SeqCst),
-        MESSAGES as u64,
+        published as u64,
         "a handler ran twice"
     );
     let handled = first.stats().of(Outcome::Handled) + second.stats().of(Outcome::Handled);
-    assert_eq!(handled, MESSAGES as u64);
+    assert_eq!(handled, published as u64);
     assert!(
-        second.stats().of(Outcome::Handled) > 0,
-        "the second consumer took no partition"
+        first.stats().of(Outcome::Handled) > 0 && second.stats().of(Outcome::Handled) > 0,
+        "the partitions never moved: {:?} {:?}",
+        first.stats(),
+        second.stats()
     );
     for consumer in [&first, &second] {
         assert_eq!(
