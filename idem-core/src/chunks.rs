@@ -216,7 +216,7 @@ impl ChunkWriter {
             lease: None,
             retention: self.chunk_retention,
         };
-        match self.store.insert(&key, &record).await {
+        match (*self.store).insert(&key, &record).await {
             Ok(Insert::Inserted) => Ok(()),
             Ok(Insert::Found(found))
                 if found.token == self.token && found.payload.as_slice() == chunk =>

@@ -225,7 +225,7 @@ impl Lease {
 
     /// Gives the key back: the next call runs the work again.
     pub async fn release(&self) -> Result<(), Error> {
-        match self.store.remove(self.key.as_str(), self.token).await {
+        match (*self.store).remove(self.key.as_str(), self.token).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::LeaseLost),
             Err(source) => Err(Error::store(source, When::AfterWork)),
@@ -238,7 +238,10 @@ impl Lease {
 
     /// Writes `record` over this lease's, fenced by its token.
     pub(crate) async fn swap_record(&self, record: &NewRecord<'_>) -> Result<(), Error> {
-        match self.store.swap(self.key.as_str(), self.token, record).await {
+        match (*self.store)
+            .swap(self.key.as_str(), self.token, record)
+            .await
+        {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::LeaseLost),
             Err(source) => Err(Error::store(source, When::AfterWork)),

@@ -341,7 +341,7 @@ impl Store for ObservedStore {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         self.observe
             .call("insert", "before", async {
-                let answer = self.inner.insert(key, record).await;
+                let answer = (*self.inner).insert(key, record).await;
                 if let Ok(insert) = &answer {
                     Self::record_outcome(match insert {
                         Insert::Inserted => "inserted",
@@ -367,7 +367,7 @@ impl Store for ObservedStore {
         let answer = self
             .observe
             .call(op, work, async {
-                let answer = self.inner.swap(key, expected, record).await;
+                let answer = (*self.inner).swap(key, expected, record).await;
                 if let Ok(swapped) = answer {
                     Self::record_outcome(if swapped { "swapped" } else { "lease_lost" });
                 }
@@ -391,7 +391,7 @@ impl Store for ObservedStore {
         let answer = self
             .observe
             .call("take_over", "before", async {
-                let answer = self.inner.take_over(key, expected, record).await;
+                let answer = (*self.inner).take_over(key, expected, record).await;
                 if let Ok(taken) = answer {
                     Self::record_outcome(if taken { "taken_over" } else { "lost_race" });
                 }
@@ -408,7 +408,7 @@ impl Store for ObservedStore {
         let answer = self
             .observe
             .call("release", "after", async {
-                let answer = self.inner.remove(key, expected).await;
+                let answer = (*self.inner).remove(key, expected).await;
                 if let Ok(removed) = answer {
                     Self::record_outcome(if removed { "released" } else { "lease_lost" });
                 }
@@ -425,13 +425,13 @@ impl Store for ObservedStore {
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.observe
-            .call("load", "none", self.inner.load(key))
+            .call("load", "none", (*self.inner).load(key))
             .await
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
         self.observe
-            .call("purge_expired", "none", self.inner.purge_expired(limit))
+            .call("purge_expired", "none", (*self.inner).purge_expired(limit))
             .await
     }
 
@@ -439,7 +439,7 @@ impl Store for ObservedStore {
         let answer = self
             .observe
             .call("reset", "none", async {
-                let answer = self.inner.reset(key).await;
+                let answer = (*self.inner).reset(key).await;
                 if let Ok(reset) = answer {
                     Self::record_outcome(reset.as_str());
                 }

@@ -255,6 +255,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+// A call through this impl boxes one more future than a call on the store
+// itself, so the crate's own paths call `(*arc).insert(…)` and the like.
 #[async_trait]
 impl<S: Store + ?Sized> Store for Arc<S> {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
