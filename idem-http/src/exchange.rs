@@ -2,6 +2,7 @@
 //! record or release; or answer with the replay or a problem.
 
 use std::future::{Future, IntoFuture};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -249,7 +250,7 @@ impl Options {
             .exchange_key(idem, key, fingerprint, context, handler)
             .instrument(span)
             .await;
-        crate::metrics::count(idem, &reply);
+        crate::metrics::count(&self.response_keys, idem, &reply);
         reply
     }
 
@@ -286,15 +287,23 @@ impl Options {
         let begun = self.timed(idem.begin(key, first), When::BeforeWork).await;
         let (begun, waited) = match (begun, wait, again) {
             (Err(Error::InProgress { .. }), Some(wait), Some(fingerprints)) => {
-                // A response being recorded as it streams is followed
-                // rather than waited for.
-                if let Some(reply) = self.follow(idem, key).await {
-                    return Ok(reply);
+                // Boxed, as `run` is below: a path few requests take keeps
+                // its state out of every request's future.
+                let waited = Box::pin(async {
+                    // A response being recorded as it streams is followed
+                    // rather than waited for.
+                    if let Some(reply) = self.follow(idem, key).await {
+                        return Ok(reply);
+                    }
+                    let waiting = idem.clone().with_wait(wait);
+                    let call = waiting.begin(key, fingerprints);
+                    let bound = wait.saturating_add(self.store_timeout);
+                    Err(self.timed_for(bound, call, When::BeforeWork).await)
+                });
+                match waited.await {
+                    Ok(reply) => return Ok(reply),
+                    Err(begun) => (begun, true),
                 }
-                let waiting = idem.clone().with_wait(wait);
-                let call = waiting.begin(key, fingerprints);
-                let bound = wait.saturating_add(self.store_timeout);
-                (self.timed_for(bound, call, When::BeforeWork).await, true)
             }
             (begun, _, _) => (begun, false),
         };
@@ -334,7 +343,10 @@ impl Options {
         B: ResponseBody,
     {
         let problem = match begun {
-            Ok(Begin::Run(lease)) => return self.run(lease, traceparent, handler).await,
+            // The run (the handler's future, its recording) is boxed: a
+            // replay, the common retry, then neither builds nor moves its
+            // state, which is most of the exchange's size.
+            Ok(Begin::Run(lease)) => return Box::pin(self.run(lease, traceparent, handler)).await,
             Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload()) {
                 Ok(Stored::Response {
                     status,
@@ -358,7 +370,7 @@ impl Options {
                     if let Some(original) = original {
                         replayed_from(original);
                     }
-                    match self.replay_chunks(idem, key, manifest).await {
+                    match Box::pin(self.replay_chunks(idem, key, manifest)).await {
                         Ok(frames) => {
                             let response = stored::replay(status, headers, frames);
                             return Ok(Reply::Streamed(response, None));
@@ -384,7 +396,7 @@ impl Options {
             Err(Error::InProgress { retry_after }) => Problem::InProgress(retry_after),
             Err(Error::Store { source, .. }) if self.fail_open => {
                 tracing::warn!(key, error = %source, "idempotency store failed; running the request unprotected (fail open)");
-                return handler().await.map(Reply::Handler);
+                return Box::pin(handler()).await.map(Reply::Handler);
             }
             Err(Error::Store { source, .. }) => {
                 tracing::error!(key, error = %source, "idempotency store failed; answering 503");
@@ -557,13 +569,19 @@ impl Options {
         self.timed_for(self.store_timeout, call, when).await
     }
 
-    /// A call bounded by `bound`.
+    /// A call bounded by `bound`. A call that is done when first polled (a
+    /// store in memory, a near cache's hit) never arms a timer.
     async fn timed_for<T>(
         &self,
         bound: Duration,
         call: impl IntoFuture<Output = Result<T, Error>>,
         when: When,
     ) -> Result<T, Error> {
+        let mut call = std::pin::pin!(call.into_future());
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        if let Poll::Ready(done) = first {
+            return done;
+        }
         match tokio::time::timeout(bound, call).await {
             Ok(done) => done,
             Err(_) => Err(Error::Store {

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, CONTENT_TYPE};
+use http::header::{GetAll, HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Method, Uri};
 use idem_core::fingerprint::{MatchingFingerprints, PartsHasher};
 use idem_core::Fingerprint;
@@ -76,8 +76,9 @@ pub fn lazy_fingerprint(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> MatchingFingerprints {
-    let content_type = content_type(headers);
-    let json = is_json(headers);
+    let lines = headers.get_all(CONTENT_TYPE);
+    let content_type = content_type_of(&lines);
+    let json = is_json_of(&lines);
     let target = path_and_query(uri);
     let request = memo::Request::new(method.as_str(), target, &content_type, json, body);
     let known = memo::recall(&request).unwrap_or_else(|| {
@@ -197,7 +198,11 @@ pub(crate) fn path_and_query(uri: &Uri) -> &str {
 /// Every `Content-Type` line counts, joined as HTTP would combine them, so
 /// an added second line cannot hide behind the first.
 pub(crate) fn content_type(headers: &HeaderMap) -> Cow<'_, [u8]> {
-    let mut lines = headers.get_all(CONTENT_TYPE).iter();
+    content_type_of(&headers.get_all(CONTENT_TYPE))
+}
+
+fn content_type_of<'a>(lines: &GetAll<'a, HeaderValue>) -> Cow<'a, [u8]> {
+    let mut lines = lines.iter();
     let Some(first) = lines.next() else {
         return Cow::Borrowed(&[]);
     };
@@ -212,19 +217,35 @@ pub(crate) fn content_type(headers: &HeaderMap) -> Cow<'_, [u8]> {
 
 /// Whether the one `Content-Type` line names a JSON media type.
 pub(crate) fn is_json(headers: &HeaderMap) -> bool {
-    let mut lines = headers.get_all(CONTENT_TYPE).iter();
+    is_json_of(&headers.get_all(CONTENT_TYPE))
+}
+
+/// [`is_json`] over the `Content-Type` lines already found. It reads the
+/// bytes as `HeaderValue::to_str` and `str::trim` would (a value with a
+/// byte outside visible ASCII and tab is not JSON), without a copy: which
+/// bodies are JSON decides every record's fingerprint, so it must not move.
+fn is_json_of(lines: &GetAll<'_, HeaderValue>) -> bool {
+    let mut lines = lines.iter();
     let (Some(value), None) = (lines.next(), lines.next()) else {
         return false;
     };
-    let Ok(value) = value.to_str() else {
+    let bytes = value.as_bytes();
+    if !bytes.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+        return false;
+    }
+    let essence = bytes
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(&[])
+        .trim_ascii();
+    let Some(slash) = essence.iter().position(|&b| b == b'/') else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or("").trim();
-    let Some((kind, subtype)) = essence.split_once('/') else {
-        return false;
-    };
-    let subtype = subtype.to_ascii_lowercase();
-    !kind.is_empty() && (subtype == "json" || subtype.ends_with("+json"))
+    let (kind, subtype) = (&essence[..slash], &essence[slash + 1..]);
+    let suffix = subtype.len().checked_sub(5).map(|at| &subtype[at..]);
+    !kind.is_empty()
+        && (subtype.eq_ignore_ascii_case(b"json")
+            || suffix.is_some_and(|suffix| suffix.eq_ignore_ascii_case(b"+json")))
 }
 
 #[cfg(test)]
@@ -309,6 +330,83 @@ mod tests {
             of("POST", "/p", "application/json", b"[1,2]"),
             of("POST", "/p", "application/json", b"[2,1]")
         );
+    }
+
+    #[test]
+    fn json_media_types_are_told_by_subtype_in_any_case() {
+        let json = |ct: &str| is_json(&parts("POST", "/p", ct).headers);
+        for ct in [
+            "application/json",
+            "APPLICATION/JSON; charset=utf-8",
+            "application/problem+JSON",
+            "text/json",
+            "application/+json",
+        ] {
+            assert!(json(ct), "{ct}");
+        }
+        for ct in [
+            "",
+            "json",
+            "/json",
+            "application/jsonx",
+            "application/json-seq",
+            "application/x+jsonp",
+            "application/xjson",
+            "application/é+jso",
+            "text/plain",
+        ] {
+            assert!(!json(ct), "{ct}");
+        }
+    }
+
+    /// The reading records were fingerprinted with: the value as a string,
+    /// its essence trimmed, the subtype lowercased.
+    fn was_json(value: &HeaderValue) -> bool {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        let essence = value.split(';').next().unwrap_or("").trim();
+        let Some((kind, subtype)) = essence.split_once('/') else {
+            return false;
+        };
+        let subtype = subtype.to_ascii_lowercase();
+        !kind.is_empty() && (subtype == "json" || subtype.ends_with("+json"))
+    }
+
+    #[test]
+    fn json_is_told_as_records_were_fingerprinted() {
+        let pieces: [&[u8]; 14] = [
+            b"application",
+            b"/",
+            b"json",
+            b"JSON",
+            b"+json",
+            b"+",
+            b";",
+            b" ",
+            b"\t",
+            b"charset=utf-8",
+            b"x",
+            b"\xc3\xa9",
+            b"\x7f",
+            b"",
+        ];
+        let mut checked = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let bytes = [a, b, c].concat();
+                    let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+                        continue;
+                    };
+                    let mut headers = HeaderMap::new();
+                    headers.insert(CONTENT_TYPE, value.clone());
+                    assert_eq!(is_json(&headers), was_json(&value), "{bytes:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 2000, "{checked}");
     }
 
     /// A request fingerprinted again with the same bytes comes from the

@@ -1,5 +1,6 @@
 //! `Options`: the settings every adapter offers, with the same names.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
@@ -7,6 +8,7 @@ use idem_core::store::Store;
 use idem_core::Idempotent;
 
 use crate::keysource::KeySource;
+use crate::metrics::ResponseKeys;
 use crate::policy::{FingerprintPolicy, Route};
 
 /// The default limit on request and recorded response bodies: 1 MiB.
@@ -43,6 +45,7 @@ pub struct Options {
     pub(crate) body_key: Option<KeySource>,
     pub(crate) policy: FingerprintPolicy,
     pub(crate) routes: Vec<(Route, FingerprintPolicy)>,
+    pub(crate) response_keys: Arc<ResponseKeys>,
 }
 
 impl Options {
@@ -56,6 +59,7 @@ impl Options {
     /// namespace and scope are already set.
     pub fn from_idempotent(idem: Idempotent) -> Options {
         Options {
+            response_keys: ResponseKeys::new(&idem),
             idem,
             header: HeaderName::from_static("idempotency-key"),
             require_key: false,

@@ -336,10 +336,11 @@ fn read_head(
         StatusCode::from_u16(reader.u16()?).map_err(|_| DecodeError("status out of range"))?;
     let count = reader.u16()?;
     // Each header takes at least six bytes, so a damaged count cannot make
-    // this allocate more than the payload justifies.
+    // this allocate more than the payload justifies; one more for the
+    // replay's own marker, so that adding it does not grow the map.
     let mut headers = HeaderMap::new();
     headers
-        .try_reserve(usize::from(count).min(reader.0.len() / 6))
+        .try_reserve(usize::from(count).min(reader.0.len() / 6) + 1)
         .map_err(|_| DecodeError("too many headers"))?;
     let mut last: Option<HeaderName> = None;
     for _ in 0..count {
@@ -354,7 +355,7 @@ fn read_head(
         if !is_recorded(&name, &headers) {
             return Err(DecodeError("a header that is never stored"));
         }
-        if last.as_ref() != Some(&name) && headers.contains_key(&name) {
+        if last.as_ref().is_some_and(|last| *last != name) && headers.contains_key(&name) {
             return Err(DecodeError("a header name's values apart"));
         }
         last = Some(name.clone());
