@@ -67,7 +67,22 @@ where
         // stays behind for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(handle(inner, Arc::clone(&self.config), request))
+        // Decided here, from the headers alone, so that a request passed
+        // through gets a future of its own and a protected one a future
+        // without the handler's (which its exchange boxes when it runs).
+        let key = match self
+            .config
+            .options
+            .admit(request.method(), request.headers())
+        {
+            Admission::Protect(key) => Some(key),
+            Admission::KeyInBody => None,
+            Admission::Refuse(problem) => {
+                return Box::pin(std::future::ready(Ok(problem_response(problem))))
+            }
+            _ => return Box::pin(pass(inner, request.map(RequestBody::new))),
+        };
+        Box::pin(handle(inner, Arc::clone(&self.config), request, key))
     }
 }
 
@@ -75,6 +90,7 @@ async fn handle<S, B, ResBody>(
     mut inner: S,
     config: Arc<Config>,
     request: Request<B>,
+    key: Option<String>,
 ) -> Result<Response<ResponseBody>, S::Error>
 where
     S: Service<Request<RequestBody>, Response = Response<ResBody>> + Send + 'static,
@@ -86,12 +102,6 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let options = &config.options;
-    let key = match options.admit(request.method(), request.headers()) {
-        Admission::Protect(key) => Some(key),
-        Admission::KeyInBody => None,
-        Admission::Refuse(problem) => return Ok(problem_response(problem)),
-        _ => return pass(inner, request.map(RequestBody::new)).await,
-    };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::error!("idem-tower needs a tokio runtime; refusing a protected request");
         return Ok(problem_response(Problem::Internal(
@@ -117,7 +127,7 @@ where
             Admission::Refuse(problem) => return Ok(problem_response(problem)),
             _ => {
                 let request = Request::from_parts(parts, RequestBody::full(body));
-                return pass(inner, request).await;
+                return Box::pin(pass(inner, request)).await;
             }
         },
     };
