@@ -10,7 +10,7 @@
 mod flawed;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use idem_core::store::{
     Insert, NearCache, NewRecord, Record, Reset, State, Store, StoreError, Token,
 };
 use idem_core::{Error, Fingerprint, Idempotent, MemoryStore};
+use tokio::sync::Notify;
 
 /// Builds a cache over a store, capped at an age.
 type Make = Arc<dyn Fn(Arc<dyn Store>, Duration) -> Arc<dyn Store> + Send + Sync>;
@@ -32,11 +33,15 @@ fn flawed(flaw: CacheFlaw) -> Make {
     Arc::new(move |store, age| Arc::new(FlawedCache::new(flaw, store, age)))
 }
 
-/// The memory store, counting the claims that reach it.
+/// The memory store, counting the claims that reach it; once armed, the
+/// next claim holds its answer until it is released.
 #[derive(Debug, Default)]
 struct Counted {
     store: MemoryStore,
     inserts: AtomicUsize,
+    armed: AtomicBool,
+    reached: Notify,
+    release: Notify,
 }
 
 impl Counted {
@@ -49,7 +54,12 @@ impl Counted {
 impl Store for Counted {
     async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
         self.inserts.fetch_add(1, Ordering::SeqCst);
-        self.store.insert(key, record).await
+        let answer = self.store.insert(key, record).await;
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.reached.notify_one();
+            self.release.notified().await;
+        }
+        answer
     }
     async fn swap(
         &self,
@@ -292,6 +302,34 @@ async fn concurrent_first_executions_have_exactly_one_winner(make: Make) {
     }
 }
 
+/// A claim that read the completed record before a reset deleted it, and
+/// answers after, is not kept: the next claim is a first execution, not a
+/// replay of the deleted outcome.
+async fn a_read_across_a_reset_is_not_kept(make: Make) {
+    let counted = Arc::new(Counted::default());
+    let store: Arc<dyn Store> = counted.clone();
+    settle(&*store, Fingerprint::of_bytes(b"a"), LONG).await;
+    // A cap under the retention: the claim's record is kept as it came,
+    // without a second read.
+    let cache = make(Arc::clone(&store), Duration::from_secs(60));
+    counted.armed.store(true, Ordering::SeqCst);
+    let across = tokio::spawn({
+        let cache = Arc::clone(&cache);
+        async move { found(&*cache).await }
+    });
+    counted.reached.notified().await;
+    let reset = cache.reset(KEY).await.unwrap();
+    assert!(matches!(reset, Reset::Deleted(_)), "{reset:?}");
+    counted.release.notify_one();
+    let seen = across.await.unwrap();
+    assert!(seen.is_some_and(|record| record.state == State::Completed));
+    assert_eq!(
+        found(&*cache).await,
+        None,
+        "the claim after a reset replayed the deleted record"
+    );
+}
+
 /// Runs `case` and says whether it passed; a panic is a failure.
 async fn passes<F: Future<Output = ()> + Send + 'static>(case: F) -> bool {
     tokio::spawn(case).await.is_ok()
@@ -336,6 +374,7 @@ near_cases! {
     a_mismatch_from_the_cache_is_the_store_s_decision, tokio::test, AnswersByKeyAlone;
     concurrent_first_executions_have_exactly_one_winner,
         tokio::test(flavor = "multi_thread", worker_threads = 2), TrustsRememberedAbsence;
+    a_read_across_a_reset_is_not_kept, tokio::test, KeepsReadsAcrossResets;
 }
 
 async fn found_under(store: &dyn Store, key: &str) -> Record {

@@ -3,6 +3,7 @@
 //! mistake a cache in front of an idempotency store is easily built with.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -27,6 +28,9 @@ pub(crate) enum CacheFlaw {
     /// Remembers that a key was absent when it read it, and then takes
     /// the key as its own without heeding what the store's claim found.
     TrustsRememberedAbsence,
+    /// Forgets a key only before a reset deletes it, and keeps what a read
+    /// in flight across the reset brings back: the deleted record.
+    KeepsReadsAcrossResets,
 }
 
 /// A map of kept records in front of a store, with one [`CacheFlaw`].
@@ -37,6 +41,9 @@ pub(crate) struct FlawedCache {
     max_age: Duration,
     kept: Mutex<HashMap<String, (Record, Instant)>>,
     absent: Mutex<HashSet<String>>,
+    /// Resets begun or ended: a read that began before the last one is
+    /// not kept.
+    resets: AtomicU64,
 }
 
 impl FlawedCache {
@@ -47,6 +54,7 @@ impl FlawedCache {
             max_age,
             kept: Mutex::default(),
             absent: Mutex::default(),
+            resets: AtomicU64::new(0),
         }
     }
 
@@ -54,7 +62,11 @@ impl FlawedCache {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn keep(&self, key: &str, record: &Record, asked: Instant) {
+    fn resets(&self) -> u64 {
+        self.resets.load(Ordering::SeqCst)
+    }
+
+    fn keep(&self, key: &str, record: &Record, asked: Instant, resets: u64) {
         let settled = matches!(record.state, State::Completed | State::Failed);
         if !settled && self.flaw != CacheFlaw::KeepsInFlight {
             return;
@@ -64,8 +76,11 @@ impl FlawedCache {
             CacheFlaw::IgnoresCap => record.retention_remaining,
             _ => record.retention_remaining.min(self.max_age),
         };
-        self.kept()
-            .insert(key.to_owned(), (record.clone(), asked + life));
+        let mut kept = self.kept();
+        if self.resets() != resets && self.flaw != CacheFlaw::KeepsReadsAcrossResets {
+            return;
+        }
+        kept.insert(key.to_owned(), (record.clone(), asked + life));
     }
 }
 
@@ -89,12 +104,13 @@ impl Store for FlawedCache {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(key);
+        let resets = self.resets();
         let answer = self.inner.insert(key, record).await?;
         if remembered {
             return Ok(Insert::Inserted);
         }
         if let Insert::Found(found) = &answer {
-            self.keep(key, found, now);
+            self.keep(key, found, now, resets);
         }
         Ok(answer)
     }
@@ -122,15 +138,24 @@ impl Store for FlawedCache {
     }
 
     async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
-        self.kept().remove(key);
-        self.inner.reset(key).await
+        let forget = || {
+            let mut kept = self.kept();
+            self.resets.fetch_add(1, Ordering::SeqCst);
+            kept.remove(key);
+        };
+        forget();
+        let answer = self.inner.reset(key).await;
+        if self.flaw != CacheFlaw::KeepsReadsAcrossResets {
+            forget();
+        }
+        answer
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let asked = Instant::now();
+        let (asked, resets) = (Instant::now(), self.resets());
         let record = self.inner.load(key).await?;
         match &record {
-            Some(read) => self.keep(key, read, asked),
+            Some(read) => self.keep(key, read, asked, resets),
             None if self.flaw == CacheFlaw::TrustsRememberedAbsence => {
                 self.absent
                     .lock()

@@ -132,6 +132,11 @@ struct Shared {
     misses: AtomicU64,
     evictions: AtomicU64,
     expirations: AtomicU64,
+    /// How many times an entry was forgotten (a reset, `forget`, `clear`),
+    /// changed only under the map's lock. A record read by a call that
+    /// began before the last change is not kept: it may be the record a
+    /// reset was deleting while the call was in flight.
+    forgotten: AtomicU64,
     metrics: MetricKeys,
 }
 
@@ -224,6 +229,7 @@ impl<S> NearCache<S> {
     /// the store.
     pub fn clear(&self) {
         let mut entries = self.shared.lock();
+        self.shared.forgotten.fetch_add(1, Ordering::SeqCst);
         entries.clear();
         self.shared.gauge(0);
     }
@@ -232,6 +238,7 @@ impl<S> NearCache<S> {
     /// this store through this wrapper calls it.
     pub fn forget(&self, key: &str) {
         let mut entries = self.shared.lock();
+        self.shared.forgotten.fetch_add(1, Ordering::SeqCst);
         if let Some(entry) = entries.by_key.remove(key) {
             entries.bytes -= entry.size;
             self.shared.gauge(entries.bytes);
@@ -258,6 +265,7 @@ impl Shared {
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             expirations: AtomicU64::new(0),
+            forgotten: AtomicU64::new(0),
             metrics,
         }
     }
@@ -300,13 +308,23 @@ impl Shared {
         None
     }
 
-    /// Keeps `record`, a settled record the store returned for a call sent
-    /// at `asked`, until its reported retention or the cap runs out.
-    fn keep(&self, key: &str, record: &Record, asked: Instant) {
+    /// Where a call to the store begins: the time and how many times an
+    /// entry had been forgotten.
+    fn ask(&self) -> Asked {
+        Asked {
+            at: Instant::now(),
+            forgotten: self.forgotten.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Keeps `record`, a settled record the store returned for a call that
+    /// began as `asked` says, until its reported retention or the cap runs
+    /// out; not if an entry was forgotten since the call began.
+    fn keep(&self, key: &str, record: &Record, asked: Asked) {
         if !settled(record) {
             return;
         }
-        let until = asked + record.retention_remaining.min(self.max_age);
+        let until = asked.at + record.retention_remaining.min(self.max_age);
         if until <= Instant::now() {
             return;
         }
@@ -315,6 +333,9 @@ impl Shared {
             return;
         }
         let mut entries = self.lock();
+        if self.forgotten.load(Ordering::SeqCst) != asked.forgotten {
+            return;
+        }
         let number = entries.next;
         entries.next += 1;
         let entry = Entry {
@@ -372,6 +393,12 @@ impl Entries {
     }
 }
 
+#[derive(Clone, Copy)]
+struct Asked {
+    at: Instant,
+    forgotten: u64,
+}
+
 fn settled(record: &Record) -> bool {
     matches!(record.state, State::Completed | State::Failed)
 }
@@ -380,7 +407,7 @@ impl<S: Store> NearCache<S> {
     /// Keeps a settled record `insert` found. A retention shorter than the
     /// cap may be a lower bound: read the record once more to learn it,
     /// and keep it only if it is still the record found.
-    async fn keep_found(&self, key: &str, found: &Record, asked: Instant) {
+    async fn keep_found(&self, key: &str, found: &Record, asked: Asked) {
         if !settled(found) {
             return;
         }
@@ -388,10 +415,13 @@ impl<S: Store> NearCache<S> {
             self.shared.keep(key, found, asked);
             return;
         }
-        let asked = Instant::now();
+        let again = Asked {
+            at: Instant::now(),
+            ..asked
+        };
         if let Ok(Some(read)) = self.inner.load(key).await {
             if read.token == found.token && read.fingerprint == found.fingerprint {
-                self.shared.keep(key, &read, asked);
+                self.shared.keep(key, &read, again);
             }
         }
     }
@@ -405,7 +435,7 @@ impl<S: Store> Store for NearCache<S> {
         }
         self.shared
             .count(&self.shared.misses, &self.shared.metrics.misses, 1);
-        let asked = Instant::now();
+        let asked = self.shared.ask();
         let answer = self.inner.insert(key, record).await?;
         if let Insert::Found(found) = &answer {
             self.keep_found(key, found, asked).await;
@@ -441,7 +471,7 @@ impl<S: Store> Store for NearCache<S> {
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let asked = Instant::now();
+        let asked = self.shared.ask();
         let record = self.inner.load(key).await?;
         if let Some(read) = &record {
             self.shared.keep(key, read, asked);
@@ -450,9 +480,10 @@ impl<S: Store> Store for NearCache<S> {
     }
 
     // A reset deletes a settled record, the one kind this cache keeps: the
-    // entry goes before and after the store's answer. Only a read already in
-    // flight across the reset can keep the old record here again, and then
-    // no longer than the cap, as in other processes' caches.
+    // entry goes before and after the store's answer, and a read in flight
+    // across the reset, which may bring the old record back, is not kept
+    // (see `forgotten`). Other processes' caches may answer from the old
+    // record until their cap.
     async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
         self.forget(key);
         let answer = self.inner.reset(key).await;
