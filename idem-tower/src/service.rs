@@ -10,8 +10,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idem_http::{Admission, Panicked, Problem, Reply, Uncancelled};
+use idem_http::{read_body, Admission, Panicked, Problem, ReadBodyError, Reply, Uncancelled};
 use tower_service::Service;
 
 use crate::body::{BoxError, RequestBody, ResponseBody};
@@ -110,11 +109,9 @@ where
     };
     let (parts, body) = request.into_parts();
     let limit = options.max_request_body();
-    let body = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
-            return Ok(problem_response(Problem::BodyTooLarge(limit)))
-        }
+    let body = match read_body(body, limit).await {
+        Ok(body) => body,
+        Err(ReadBodyError::TooLarge) => return Ok(problem_response(Problem::BodyTooLarge(limit))),
         Err(error) => {
             tracing::debug!(%error, "request body could not be read");
             return Ok(problem_response(Problem::UnreadableBody));
@@ -131,15 +128,19 @@ where
             }
         },
     };
-    let idem = match &config.scope {
-        Some(extract) => options
-            .idempotent()
-            .scoped(extract(&parts).unwrap_or_default()),
-        None => options.idempotent().clone(),
-    };
+    // A scoped handle of its own only where a scope is read; otherwise the
+    // options' handle serves as it is.
+    // Boxed: the exchange's future, which holds it, is moved into a box of
+    // its own, and a handle is large beside a pointer.
+    let scoped = config.scope.as_ref().map(|extract| {
+        Box::new(
+            options
+                .idempotent()
+                .scoped(extract(&parts).unwrap_or_default()),
+        )
+    });
     let fingerprint = options.fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
     let context = options.request_context(&parts.headers);
-    let request = Request::from_parts(parts, RequestBody::full(body));
     // From the claim on, nothing may be cancelled: a client that hangs up
     // while the claim is in flight must not leave a claimed key that nobody
     // will run or release, and one that hangs up mid-handler must not
@@ -148,9 +149,13 @@ where
     // this future is dropped before it is done.
     let exchange = Uncancelled::new(
         async move {
+            let idem = scoped.as_deref().unwrap_or(config.options.idempotent());
             let reply = config
                 .options
-                .exchange_with(&idem, &key, fingerprint, context, || async {
+                .exchange_with(idem, &key, fingerprint, context, || async {
+                    // Built only when the handler runs: a replay drops the
+                    // parts and the bytes without boxing a body.
+                    let request = Request::from_parts(parts, RequestBody::full(body));
                     let response = inner.call(request).await?;
                     Ok(response.map(ResponseBody::new))
                 });
