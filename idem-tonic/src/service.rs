@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use idem_core::store::StoreError;
 use idem_core::{Begin, Error, Idempotent, Key, KeyError, Lease, When};
 use idem_http::{Panicked, Uncancelled};
@@ -117,9 +117,9 @@ where
         ));
     };
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, config.max_request).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
+    let body = match idem_http::read_body(body, config.max_request).await {
+        Ok(body) => body,
+        Err(idem_http::ReadBodyError::TooLarge) => {
             let message = format!(
                 "the request message is over the idempotency layer's limit of {} bytes",
                 config.max_request
