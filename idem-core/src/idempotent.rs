@@ -418,7 +418,7 @@ impl Idempotent {
                 lease: Some(self.lease),
                 retention: self.claimed_retention(),
             };
-            let found = match (*self.observed).insert(key.as_str(), &record).await {
+            let found = match self.observed.claim(key.as_str(), &record).await {
                 Ok(Insert::Inserted) => {
                     self.observed.observe.decided("executed");
                     return Ok(Begin::Run(self.lease_for(key, token, fingerprint)));
@@ -439,7 +439,7 @@ impl Idempotent {
                     match (*self.observed).take_over(key.as_str(), old, &record).await {
                         Ok(true) => {
                             self.observed.observe.decided("executed");
-                            tracing::Span::current().record("decision", "taken_over");
+                            crate::observe::record_on_current("decision", "taken_over");
                             return Ok(Begin::Run(self.lease_for(key, token, fingerprint)));
                         }
                         // Another recoverer won, or the owner renewed or

@@ -221,7 +221,7 @@ impl Observe {
 
     /// Counts a decision on a claim and records it on the current span.
     pub(crate) fn decided(&self, decision: &'static str) {
-        tracing::Span::current().record("decision", decision);
+        record_on_current("decision", decision);
         let name = match decision {
             "executed" => "idem_executed_total",
             "replayed" => "idem_replayed_total",
@@ -254,12 +254,12 @@ impl Observe {
     /// A span for one `execute` or `begin`.
     pub(crate) fn span(&self, name: &'static str, key: &Key) -> tracing::Span {
         let key = TracedKey(key, self.keys);
-        match name {
+        traced(|| match name {
             "idem.execute" => tracing::info_span!("idem.execute",
                 namespace = %self.namespace, key = %key, decision = tracing::field::Empty),
             _ => tracing::info_span!("idem.begin",
                 namespace = %self.namespace, key = %key, decision = tracing::field::Empty),
-        }
+        })
     }
 
     /// Runs one store call in a span, timing it and counting its failure.
@@ -267,8 +267,10 @@ impl Observe {
     where
         F: Future<Output = Result<T, StoreError>>,
     {
-        let span = tracing::debug_span!("idem.store", store = %self.store, op,
-            outcome = tracing::field::Empty);
+        let span = traced(|| {
+            tracing::debug_span!("idem.store", store = %self.store, op,
+            outcome = tracing::field::Empty)
+        });
         let started = Instant::now();
         let answer = call.instrument(span.clone()).await;
         let took = started.elapsed();
@@ -294,6 +296,31 @@ impl Observe {
     }
 }
 
+/// Records `field` on the current span. Where no subscriber was ever set
+/// there is no span to record on, and looking for one is not free.
+pub(crate) fn record_on_current(field: &'static str, value: &'static str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::Span::current().record(field, value);
+    }
+}
+
+/// The span `make` makes, or no span at all when nothing listens for it:
+/// no subscriber was ever set, or the one set does not want it. A disabled
+/// span still costs its making and, with `tracing`'s `log` feature on, a
+/// look at the `log` crate on every poll; so idem's spans reach a
+/// subscriber, and not the `log` bridge (idem's events still do).
+pub(crate) fn traced(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if !tracing::dispatcher::has_been_set() {
+        return tracing::Span::none();
+    }
+    let span = make();
+    if span.is_disabled() {
+        tracing::Span::none()
+    } else {
+        span
+    }
+}
+
 /// The store as a handle calls it: every call timed, traced and counted.
 /// [`Idempotent::store`](crate::Idempotent::store) still returns the store
 /// itself, so calls made on it directly are not counted.
@@ -316,7 +343,7 @@ impl ObservedStore {
     }
 
     fn record_outcome(outcome: &'static str) {
-        tracing::Span::current().record("outcome", outcome);
+        record_on_current("outcome", outcome);
     }
 }
 
@@ -336,9 +363,14 @@ pub(crate) fn store_name(store: &dyn Store) -> Arc<str> {
     }
 }
 
-#[async_trait]
-impl Store for ObservedStore {
-    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+impl ObservedStore {
+    /// [`Store::insert`] without the trait's boxed future: the claim every
+    /// `begin` makes awaits it in place.
+    pub(crate) async fn claim(
+        &self,
+        key: &str,
+        record: &NewRecord<'_>,
+    ) -> Result<Insert, StoreError> {
         self.observe
             .call("insert", "before", async {
                 let answer = (*self.inner).insert(key, record).await;
@@ -351,6 +383,13 @@ impl Store for ObservedStore {
                 answer
             })
             .await
+    }
+}
+
+#[async_trait]
+impl Store for ObservedStore {
+    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
+        self.claim(key, record).await
     }
 
     async fn swap(

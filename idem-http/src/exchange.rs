@@ -242,10 +242,20 @@ impl Options {
         Fut: Future<Output = Result<Response<B>, E>>,
         B: ResponseBody,
     {
-        let span = tracing::info_span!(
-            "idem.http",
-            idem.original_traceparent = tracing::field::Empty
-        );
+        // Made only where a subscriber may want it, as idem-core's spans
+        // are: a disabled span still costs its making and, with `tracing`'s
+        // `log` feature on, a look at the `log` crate on every poll.
+        let span = match tracing::dispatcher::has_been_set() {
+            true => tracing::info_span!(
+                "idem.http",
+                idem.original_traceparent = tracing::field::Empty
+            ),
+            false => tracing::Span::none(),
+        };
+        let span = match span.is_disabled() {
+            true => tracing::Span::none(),
+            false => span,
+        };
         let reply = self
             .exchange_key(idem, key, fingerprint, context, handler)
             .instrument(span)

@@ -12,6 +12,10 @@ pub(crate) fn current() -> Option<TraceParent> {
     use opentelemetry::trace::TraceContextExt;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+    // No subscriber was ever set, so no OpenTelemetry layer either.
+    if !tracing::dispatcher::has_been_set() {
+        return None;
+    }
     let context = tracing::Span::current().context();
     let span = context.span();
     let current = span.span_context();
