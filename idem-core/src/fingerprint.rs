@@ -74,7 +74,12 @@ impl fmt::Debug for PartsHasher {
 #[derive(Clone)]
 pub struct MatchingFingerprints {
     current: Fingerprint,
-    older: Vec<Older>,
+    /// The first older fingerprint, kept inline: every JSON request carries
+    /// one (its scheme-1 form, computed lazily), and a vector would cost it
+    /// an allocation.
+    first: Option<Older>,
+    /// The older fingerprints after the first, in the order given.
+    rest: Vec<Older>,
 }
 
 /// An older scheme's fingerprint, as given or still to be computed.
@@ -117,7 +122,7 @@ impl fmt::Debug for MatchingFingerprints {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MatchingFingerprints")
             .field("current", &self.current)
-            .field("older", &self.older)
+            .field("older", &self.older().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -127,11 +132,10 @@ impl fmt::Debug for MatchingFingerprints {
 impl PartialEq for MatchingFingerprints {
     fn eq(&self, other: &MatchingFingerprints) -> bool {
         self.current == other.current
-            && self.older.len() == other.older.len()
+            && self.older().count() == other.older().count()
             && self
-                .older
-                .iter()
-                .zip(&other.older)
+                .older()
+                .zip(other.older())
                 .all(|(a, b)| a.scheme() == b.scheme() && a.value() == b.value())
     }
 }
@@ -143,7 +147,20 @@ impl MatchingFingerprints {
     pub fn new(current: Fingerprint) -> MatchingFingerprints {
         MatchingFingerprints {
             current,
-            older: Vec::new(),
+            first: None,
+            rest: Vec::new(),
+        }
+    }
+
+    /// The older fingerprints, in the order given.
+    fn older(&self) -> impl Iterator<Item = &Older> {
+        self.first.iter().chain(&self.rest)
+    }
+
+    fn push(&mut self, older: Older) {
+        match self.first {
+            None => self.first = Some(older),
+            Some(_) => self.rest.push(older),
         }
     }
 
@@ -151,7 +168,7 @@ impl MatchingFingerprints {
     /// `older`'s. A second fingerprint of a scheme already held replaces
     /// nothing: the first one of each scheme decides.
     pub fn or(mut self, older: Fingerprint) -> MatchingFingerprints {
-        self.older.push(Older::Given(older));
+        self.push(Older::Given(older));
         self
     }
 
@@ -166,7 +183,7 @@ impl MatchingFingerprints {
     {
         let scheme = scheme.max(Fingerprint::FIRST_SCHEME);
         let value = LazyLock::new(move || compute().with_scheme(scheme));
-        self.older.push(Older::Lazy {
+        self.push(Older::Lazy {
             scheme,
             value: Arc::new(value),
         });
@@ -185,8 +202,7 @@ impl MatchingFingerprints {
         if self.current.scheme() == scheme {
             return Some(self.current);
         }
-        self.older
-            .iter()
+        self.older()
             .find(|older| older.scheme() == scheme)
             .map(Older::value)
     }
