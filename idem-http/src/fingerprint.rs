@@ -76,7 +76,16 @@ pub fn lazy_fingerprint(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> MatchingFingerprints {
-    let lines = headers.get_all(CONTENT_TYPE);
+    lazy_fingerprint_of(method, uri, headers.get_all(CONTENT_TYPE), body)
+}
+
+/// [`lazy_fingerprint`] with the `Content-Type` lines already found.
+pub(crate) fn lazy_fingerprint_of(
+    method: &Method,
+    uri: &Uri,
+    lines: GetAll<'_, HeaderValue>,
+    body: &Bytes,
+) -> MatchingFingerprints {
     let content_type = content_type_of(&lines);
     let json = is_json_of(&lines);
     let target = path_and_query(uri);

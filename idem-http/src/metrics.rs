@@ -71,11 +71,10 @@ pub(crate) fn count<B, E>(keys: &ResponseKeys, idem: &Idempotent, reply: &Result
     // The exchange's handle is the options' own, or a scope of it, with
     // the same store and namespace; another is counted the long way.
     if idem.store_name() == keys.store && idem.namespace() == keys.namespace {
-        let at = CLASSES
-            .iter()
-            .position(|&known| known == class)
-            .unwrap_or(4)
-            * 2;
+        let at = match status.as_u16() / 100 {
+            class @ 2..=5 => usize::from(class - 2),
+            _ => 4,
+        } * 2;
         if let Some(key) = keys.keys.get(at + usize::from(replayed)) {
             metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA))
                 .increment(1);

@@ -7,13 +7,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, CONTENT_TYPE};
+use http::header::{GetAll, HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Method, Uri};
 use idem_core::fingerprint::{MatchingFingerprints, PartsHasher};
 use idem_core::Fingerprint;
 use serde_json::Value;
 
-use crate::fingerprint::{content_type, is_json, path_and_query};
+use crate::fingerprint::{content_type, is_json, lazy_fingerprint_of, path_and_query};
 use crate::multipart::{self, MultipartError};
 use crate::transcode::JsonText;
 use crate::{form, lazy_fingerprint, raw_fingerprint};
@@ -271,8 +271,9 @@ impl FingerprintPolicy {
     ) -> MatchingFingerprints {
         let Some(scheme) = self.scheme() else {
             // JSON and other bodies are alike here: `lazy_fingerprint`.
-            let kind = Kind::fields(headers).unwrap_or(Kind::Other);
-            let mut matching = default_fingerprint(kind, method, uri, headers, body);
+            let lines = headers.get_all(CONTENT_TYPE);
+            let kind = Kind::fields_of(&lines).unwrap_or(Kind::Other);
+            let mut matching = default_fingerprint_of(kind, method, uri, headers, lines, body);
             if !self.previous.is_empty() {
                 let request = Request::new(method, uri, headers, body);
                 matching = request.carry_previous(matching, &self.previous);
@@ -364,7 +365,12 @@ impl Kind {
     /// fingerprint needs to know no more, and JSON bodies must cost what
     /// they cost before.
     fn fields(headers: &HeaderMap) -> Option<Kind> {
-        let mut lines = headers.get_all(CONTENT_TYPE).iter();
+        Kind::fields_of(&headers.get_all(CONTENT_TYPE))
+    }
+
+    /// [`fields`](Kind::fields) over the `Content-Type` lines already found.
+    fn fields_of(lines: &GetAll<'_, HeaderValue>) -> Option<Kind> {
+        let mut lines = lines.iter();
         let (Some(value), None) = (lines.next(), lines.next()) else {
             return None;
         };
@@ -573,6 +579,19 @@ fn default_fingerprint(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> MatchingFingerprints {
+    let lines = headers.get_all(CONTENT_TYPE);
+    default_fingerprint_of(kind, method, uri, headers, lines, body)
+}
+
+/// [`default_fingerprint`] with the `Content-Type` lines already found.
+fn default_fingerprint_of(
+    kind: Kind,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    lines: GetAll<'_, HeaderValue>,
+    body: &Bytes,
+) -> MatchingFingerprints {
     let digest = match kind {
         Kind::Form | Kind::Multipart => kind.body_digest(headers, body, &Body::Whole),
         _ => None,
@@ -581,7 +600,7 @@ fn default_fingerprint(
         if kind == Kind::Multipart {
             tracing::debug!("malformed multipart body; fingerprinted as its bytes");
         }
-        return lazy_fingerprint(method, uri, headers, body);
+        return lazy_fingerprint_of(method, uri, lines, body);
     };
     let mut hasher = PartsHasher::new();
     hasher.update(method.as_str().as_bytes());
