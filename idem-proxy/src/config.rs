@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, Method};
-use idem_core::store::Store;
+use idem_core::store::{NearCache, Store};
 use idem_core::Idempotent;
 use idem_http::Options;
 use serde::Deserialize;
@@ -38,6 +38,11 @@ pub struct Config {
     pub lease: Option<String>,
     /// The retention of every route that sets none (`"24h"`).
     pub retention: Option<String>,
+    /// Whether replays are answered from a near cache in this process
+    /// (`NearCache`, shared by every route): no store round trip for a
+    /// key this process has seen settled. Off by default; each proxy
+    /// process has its own, and correctness does not depend on it.
+    pub near_cache: Option<bool>,
     /// The protected routes, first match wins; none means the default
     /// route (`POST` and `PATCH` with a key, every path).
     #[serde(default, rename = "route")]
@@ -166,6 +171,10 @@ impl Config {
     /// The routes over `store`, checked: the default route when the file
     /// names none.
     pub fn routes(&self, store: Arc<dyn Store>) -> Result<Vec<Route>, ConfigError> {
+        let store: Arc<dyn Store> = match self.near_cache {
+            Some(true) => Arc::new(NearCache::new(store)),
+            _ => store,
+        };
         let defaults = RouteConfig {
             lease: self.lease.clone(),
             retention: self.retention.clone(),
@@ -339,6 +348,38 @@ mod tests {
             routes[0].options.idempotent().lease(),
             Duration::from_secs(5)
         );
+    }
+
+    /// With `near_cache`, a record the proxy has seen settled is answered
+    /// from the process: deleted from the store behind the proxy's back,
+    /// it still replays; without it, the key is free again.
+    #[tokio::test]
+    async fn near_cache_answers_replays_from_the_process() {
+        use idem_core::store::Reset;
+        use idem_core::{Begin, Fingerprint};
+
+        for (near, replays) in [("near_cache = true", true), ("", false)] {
+            let memory = store();
+            let config = Config::from_toml(near).unwrap();
+            let routes = config.routes(Arc::clone(&memory)).unwrap();
+            let idem = routes[0].options.idempotent();
+            let fingerprint = Fingerprint::of_bytes(b"body");
+            let Ok(Begin::Run(lease)) = idem.begin("k", fingerprint).await else {
+                panic!("the first request does not run");
+            };
+            lease.complete(b"answer").await.unwrap();
+            // The first replay reads the store, and so fills the cache.
+            let replay = idem.begin("k", fingerprint).await;
+            assert!(matches!(replay, Ok(Begin::Replay(_))), "{replay:?}");
+            let reset = Idempotent::from_arc(Arc::clone(&memory)).reset("k").await;
+            assert!(matches!(reset, Ok(Reset::Deleted(_))), "{reset:?}");
+            let after = idem.begin("k", fingerprint).await;
+            assert_eq!(
+                matches!(after, Ok(Begin::Replay(_))),
+                replays,
+                "{near:?}: {after:?}"
+            );
+        }
     }
 
     #[test]

@@ -49,8 +49,8 @@
 //! # The configuration file
 //!
 //! `--config idem-proxy.toml` reads routes and defaults; the command
-//! line's `--listen`, `--upstream`, `--store`, `--admin` and `--lease`
-//! override the file. Every setting is optional:
+//! line's `--listen`, `--upstream`, `--store`, `--admin`, `--lease` and
+//! `--near-cache` override the file. Every setting is optional:
 //!
 //! ```toml
 //! listen = "127.0.0.1:8080"
@@ -61,6 +61,7 @@
 //! shutdown_grace = "30s"               # how long SIGTERM waits for requests in flight
 //! lease = "60s"                        # defaults for routes that set none
 //! retention = "24h"
+//! near_cache = false                   # true: replays answered from this process (see below)
 //!
 //! [[route]]                            # the first route covering a request takes it
 //! name = "payments"                    # in logs and metrics
@@ -125,6 +126,16 @@
 //! sent. Killed proxies never cause a run while a lease is live; with the
 //! key passed upstream, an upstream that dedupes by it makes one effect.
 //! Both are tested by killing the proxy with `SIGKILL` under load.
+//!
+//! # A near cache
+//!
+//! `--near-cache` (or `near_cache = true`) puts idem-core's `NearCache`
+//! in front of the store: a key this process has seen settled is replayed
+//! from memory, with no store round trip. Each proxy process has its own,
+//! and correctness does not depend on it (nothing in flight is kept; an
+//! entry lives no longer than the record's retention nor 60 s). Turn it
+//! on where retries come back to the same proxy; a record deleted by hand
+//! in the store may still replay from a proxy's cache for up to 60 s.
 //!
 //! # Metrics and health
 //!

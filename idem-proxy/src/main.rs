@@ -35,6 +35,9 @@ struct Args {
     /// The lease of routes that set none, e.g. 60s.
     #[arg(long)]
     lease: Option<String>,
+    /// Answers replays from a near cache in this process.
+    #[arg(long)]
+    near_cache: bool,
 }
 
 fn main() -> ExitCode {
@@ -74,6 +77,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     config.store = args.store.or(config.store);
     config.admin = args.admin.or(config.admin);
     config.lease = args.lease.or(config.lease);
+    if args.near_cache {
+        config.near_cache = Some(true);
+    }
 
     let upstream: UpstreamUrl = config
         .upstream
