@@ -254,7 +254,7 @@ impl Observe {
     /// A span for one `execute` or `begin`.
     pub(crate) fn span(&self, name: &'static str, key: &Key) -> tracing::Span {
         let key = TracedKey(key, self.keys);
-        traced(|| match name {
+        traced(tracing::Level::INFO, || match name {
             "idem.execute" => tracing::info_span!("idem.execute",
                 namespace = %self.namespace, key = %key, decision = tracing::field::Empty),
             _ => tracing::info_span!("idem.begin",
@@ -267,7 +267,7 @@ impl Observe {
     where
         F: Future<Output = Result<T, StoreError>>,
     {
-        let span = traced(|| {
+        let span = traced(tracing::Level::DEBUG, || {
             tracing::debug_span!("idem.store", store = %self.store, op,
             outcome = tracing::field::Empty)
         });
@@ -296,21 +296,30 @@ impl Observe {
     }
 }
 
-/// Records `field` on the current span. Where no subscriber was ever set
-/// there is no span to record on, and looking for one is not free.
+/// Whether a span or event at `level` can be enabled at all: the test
+/// `tracing`'s own macros make first. With no subscriber set, or none
+/// that wants `level`, it is false.
+pub(crate) fn may_trace(level: tracing::Level) -> bool {
+    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+    level <= STATIC_MAX_LEVEL && level <= LevelFilter::current()
+}
+
+/// Records `field` on the current span. Where no subscriber wants any
+/// span there is no span to record on, and looking for one is not free.
 pub(crate) fn record_on_current(field: &'static str, value: &'static str) {
-    if tracing::dispatcher::has_been_set() {
+    if may_trace(tracing::Level::ERROR) {
         tracing::Span::current().record(field, value);
     }
 }
 
-/// The span `make` makes, or no span at all when nothing listens for it:
-/// no subscriber was ever set, or the one set does not want it. A disabled
-/// span still costs its making and, with `tracing`'s `log` feature on, a
-/// look at the `log` crate on every poll; so idem's spans reach a
-/// subscriber, and not the `log` bridge (idem's events still do).
-pub(crate) fn traced(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
-    if !tracing::dispatcher::has_been_set() {
+/// The span `make` makes at `level`, or no span at all when nothing
+/// listens for it: no subscriber wants `level`, or the one set does not
+/// want this span. A disabled span still costs its making and, with
+/// `tracing`'s `log` feature on, a look at the `log` crate on every
+/// poll; so idem's spans reach a subscriber, and not the `log` bridge
+/// (idem's events still do).
+pub(crate) fn traced(level: tracing::Level, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if !may_trace(level) {
         return tracing::Span::none();
     }
     let span = make();

@@ -245,7 +245,7 @@ impl Options {
         // Made only where a subscriber may want it, as idem-core's spans
         // are: a disabled span still costs its making and, with `tracing`'s
         // `log` feature on, a look at the `log` crate on every poll.
-        let span = match tracing::dispatcher::has_been_set() {
+        let span = match may_trace(tracing::Level::INFO) {
             true => tracing::info_span!(
                 "idem.http",
                 idem.original_traceparent = tracing::field::Empty
@@ -669,4 +669,11 @@ fn timed_out(after: Duration) -> StoreError {
         "idem-http",
         format!("the store did not answer within {after:?}"),
     )
+}
+
+/// Whether a span or event at `level` can be enabled at all: the test
+/// `tracing`'s own macros make first (false with no subscriber set).
+pub(crate) fn may_trace(level: tracing::Level) -> bool {
+    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+    level <= STATIC_MAX_LEVEL && level <= LevelFilter::current()
 }

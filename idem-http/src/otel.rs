@@ -12,8 +12,8 @@ pub(crate) fn current() -> Option<TraceParent> {
     use opentelemetry::trace::TraceContextExt;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-    // No subscriber was ever set, so no OpenTelemetry layer either.
-    if !tracing::dispatcher::has_been_set() {
+    // No subscriber wants any span, so no OpenTelemetry layer made one.
+    if !crate::exchange::may_trace(tracing::Level::ERROR) {
         return None;
     }
     let context = tracing::Span::current().context();
