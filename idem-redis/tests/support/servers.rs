@@ -9,9 +9,10 @@
 //! which is what lets a `static` cluster shared by a whole test binary be
 //! torn down, even after a failure or a kill.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use idem_testing::process::{server_ports, CLUSTER_BUS};
 
 // Starts one redis-server per port (extra server options in $EXTRA), then
 // blocks on stdin; EOF means the test process is done with them.
@@ -57,7 +58,7 @@ pub(crate) fn binaries_missing() -> Option<String> {
 impl Servers {
     /// One standalone server on a free port.
     pub(crate) fn standalone() -> Result<Servers, String> {
-        Servers::start(&free_ports(1), "")
+        Servers::start(&server_ports(1, 0), "")
     }
 
     /// One standalone server on `port`, e.g. to restart one that was stopped.
@@ -69,7 +70,7 @@ impl Servers {
     pub(crate) fn replicated() -> Result<(Servers, Servers), String> {
         let master = Servers::standalone()?;
         let replica = Servers::start(
-            &free_ports(1),
+            &server_ports(1, 0),
             &format!("--replicaof 127.0.0.1 {}", master.ports[0]),
         )?;
         let url = &replica.urls()[0];
@@ -107,7 +108,7 @@ impl Servers {
 
     fn cluster_of(masters: usize, replicas: usize, extra: &str) -> Result<Servers, String> {
         let servers = Servers::start(
-            &free_ports(masters * (1 + replicas)),
+            &server_ports(masters * (1 + replicas), CLUSTER_BUS),
             &format!("--cluster-enabled yes {extra}"),
         )?;
         let nodes: Vec<String> = servers
@@ -190,8 +191,16 @@ impl Servers {
         .map(str::to_owned)
         .to_vec();
         args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-        idem_testing::process::redis_server(&self.dir, port, &args)
-            .map_err(|e| format!("redis-server on {port}: {e}"))
+        let node = idem_testing::process::redis_server(&self.dir, port, &args)
+            .map_err(|e| format!("redis-server on {port}: {e}"))?;
+        // A node that could not start says why in its log, not here.
+        let url = format!("redis://127.0.0.1:{port}");
+        poll(Duration::from_secs(20), || super::ping(&url).map(|()| true)).map_err(|e| {
+            let log = std::fs::read_to_string(self.dir.join(format!("{port}-again.log")))
+                .unwrap_or_default();
+            format!("the node on {port} did not start again ({e}); its log:\n{log}")
+        })?;
+        Ok(node)
     }
 
     pub(crate) fn ports(&self) -> &[u16] {
@@ -250,17 +259,4 @@ fn poll(
         std::thread::sleep(Duration::from_millis(20));
     }
     Err(last)
-}
-
-/// Ports free on loopback, each with its cluster bus port (+10000) free too.
-fn free_ports(count: usize) -> Vec<u16> {
-    let mut ports = Vec::new();
-    while ports.len() < count {
-        let port = rand::random_range(20000..55000);
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if !ports.contains(&port) && free(port) && free(port + 10000) {
-            ports.push(port);
-        }
-    }
-    ports
 }

@@ -15,7 +15,6 @@
 //! wrote is removed when its soak ends. The process exits with 1 when a
 //! schedule broke an invariant and with 2 when a store cannot be reached.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -27,6 +26,7 @@ use idem_core::store::Store;
 use idem_core::MemoryStore;
 use idem_faults::unique_name;
 use idem_redis::redis;
+use idem_testing::process::{server_ports, CLUSTER_BUS};
 use idem_testing::{StoreKind, TestStore};
 
 /// Soaks stores with generated interleavings.
@@ -207,7 +207,7 @@ async fn cluster() -> Option<Target> {
         eprintln!("cannot make {}: {e}", dir.display());
         return None;
     }
-    let ports = free_ports(3);
+    let ports = server_ports(3, CLUSTER_BUS);
     let mut children = Vec::new();
     for port in &ports {
         let started = Command::new("redis-server")
@@ -305,17 +305,4 @@ async fn wait_for(url: &str, ready: impl Fn(&str) -> bool) -> Result<(), String>
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Err(format!("{url}: {last}"))
-}
-
-/// Loopback ports that are free, each with its cluster bus port (+10000).
-fn free_ports(count: usize) -> Vec<u16> {
-    let mut ports = Vec::new();
-    while ports.len() < count {
-        let port = rand::random_range(20000..55000);
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if !ports.contains(&port) && free(port) && free(port + 10000) {
-            ports.push(port);
-        }
-    }
-    ports
 }
