@@ -300,15 +300,43 @@ async fn cluster_storm(acks: bool) -> Option<Figures> {
                 .unwrap_or_else(|e| panic!("{e}")),
         );
         storm.fault_ended();
-        storm.wait(
-            Storm::told_after_fault,
-            300,
-            "service did not resume after the failover",
-        );
+        let refused = storm.refused();
+        if !storm.reached(Storm::told_after_fault, 300) {
+            // Refusals that went on say the store answered (a write its
+            // replica did not acknowledge); none say the calls hung.
+            panic!(
+                "service did not resume after the failover: {} told, {} refused in 30 s\n{}\n\
+                 the restarted node's log:\n{}",
+                storm.told_after_fault(),
+                storm.refused() - refused,
+                cluster_state(&urls),
+                cluster.log_again(victim_port.parse().unwrap()),
+            );
+        }
     });
     let figures = storm.finish().await;
     drop(back);
     Some(figures)
+}
+
+/// Each node's replication as `INFO` tells it, and the cluster's nodes as
+/// the first node that answers sees them: for the reader of a failure.
+fn cluster_state(urls: &[String]) -> String {
+    let mut state = String::new();
+    for url in urls {
+        let field = |field| info_field(url, "replication", field).unwrap_or_default();
+        state += &format!(
+            "{url}: role {}, master link {}, sync in progress {}, replicas {}\n",
+            field("role"),
+            field("master_link_status"),
+            field("master_sync_in_progress"),
+            field("connected_slaves"),
+        );
+    }
+    let nodes = urls.iter().find_map(|url| {
+        support::servers::query::<String>(url, redis::cmd("CLUSTER").arg("NODES")).ok()
+    });
+    state + &nodes.unwrap_or_default()
 }
 
 const TRIALS: &str = "IDEM_FAILOVER_TRIALS";

@@ -136,11 +136,22 @@ impl Storm {
     /// Blocks (call it under `block_in_place`) until `count` reaches
     /// `at_least`, or panics with `what` after 30 s.
     pub fn wait(&self, count: impl Fn(&Storm) -> usize, at_least: usize, what: &str) {
+        if !self.reached(&count, at_least) {
+            panic!("{what}: {}", count(self));
+        }
+    }
+
+    /// Blocks (call it under `block_in_place`) until `count` reaches
+    /// `at_least` (`true`) or 30 s have passed (`false`).
+    pub fn reached(&self, count: impl Fn(&Storm) -> usize, at_least: usize) -> bool {
         let give_up = Instant::now() + Duration::from_secs(30);
         while count(self) < at_least {
-            assert!(Instant::now() < give_up, "{what}: {}", count(self));
+            if Instant::now() >= give_up {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
+        true
     }
 
     /// Marks the fault over (the failover done, the space freed): outcomes

@@ -196,11 +196,16 @@ impl Servers {
         // A node that could not start says why in its log, not here.
         let url = format!("redis://127.0.0.1:{port}");
         poll(Duration::from_secs(20), || super::ping(&url).map(|()| true)).map_err(|e| {
-            let log = std::fs::read_to_string(self.dir.join(format!("{port}-again.log")))
-                .unwrap_or_default();
+            let log = self.log_again(port);
             format!("the node on {port} did not start again ({e}); its log:\n{log}")
         })?;
         Ok(node)
+    }
+
+    /// The log of the node [`restart_cluster_node`](Servers::restart_cluster_node)
+    /// started on `port`.
+    pub(crate) fn log_again(&self, port: u16) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{port}-again.log"))).unwrap_or_default()
     }
 
     pub(crate) fn ports(&self) -> &[u16] {
