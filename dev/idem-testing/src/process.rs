@@ -123,6 +123,9 @@ pub fn redis_server(dir: &Path, port: u16, extra: &[String]) -> std::io::Result<
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
+        // A replica's full sync writes its copy to `dir`: a file of each
+        // server's own, or a server started again there loads another's.
+        .args(["--dbfilename", &format!("dump-{port}.rdb")])
         .arg("--dir")
         .arg(dir)
         .args(extra)

@@ -21,7 +21,7 @@ dir=$1; shift
 pids=
 for port in "$@"; do
   redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' \
-    --appendonly no --daemonize no --logfile "$dir/$port.log" \
+    --appendonly no --daemonize no --logfile "$dir/$port.log" --dbfilename "dump-$port.rdb" \
     --cluster-config-file "nodes-$port.conf" $EXTRA </dev/null >/dev/null 2>&1 &
   pids="$pids $!"
 done
