@@ -50,13 +50,13 @@ const LOWEST: u16 = 16000;
 /// `port + companion` free too (a Redis Cluster node's bus port,
 /// [`CLUSTER_BUS`] above; 0 for none).
 ///
-/// They lie below the kernel's ephemeral range, which outgoing
-/// connections take their local ports from: a server killed and started
-/// again on its port would otherwise find it taken by a client's
-/// connection opened meanwhile, or by one in `TIME_WAIT` for a minute,
-/// and fail to bind. Each is reserved with a lock on a file under the
-/// temporary directory for as long as this process lives, so tests in
-/// other processes never get it either, and none is handed out twice.
+/// They lie below the kernel's ephemeral range, so no outgoing
+/// connection ever takes one as its local port (inside the range one can,
+/// once a killed server's own closed connections have lapsed, and its
+/// `TIME_WAIT` then keeps the server from binding it again for a
+/// minute). Each is reserved with a lock on a file under the temporary
+/// directory for as long as this process lives, so tests in other
+/// processes never get it either, and none is handed out twice.
 ///
 /// # Panics
 /// When no such port is left.
