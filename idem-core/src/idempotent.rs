@@ -174,6 +174,12 @@ impl Idempotent {
         }
     }
 
+    /// The scope this handle's keys are in: the tenant or principal, `""`
+    /// when none was set.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
     /// The store as this handle calls it: timed, traced and counted.
     pub(crate) fn observed_store(&self) -> &ObservedStore {
         &self.observed
