@@ -5,7 +5,7 @@
 //! each store and adapter behind a feature of the same name.
 //!
 //! ```toml
-//! idem = { version = "0.1", features = ["redis", "tower"] }
+//! idempotency = { version = "0.1", features = ["redis", "tower"] } # imported as `idem`
 //! ```
 //!
 //! ```
