@@ -234,6 +234,7 @@ mod metrics;
 pub mod multipart;
 mod options;
 mod otel;
+mod pattern;
 mod policy;
 mod prefer;
 mod problem;
@@ -254,6 +255,7 @@ pub use fingerprint::{
 pub use header::{client_key, KeyHeaderError};
 pub use keysource::KeySource;
 pub use options::{Options, DEFAULT_MAX_STREAMED_BODY, DEFAULT_MAX_WAIT};
+pub use pattern::{PathPattern, PatternError};
 pub use policy::{FingerprintPolicy, BODY_SCHEME};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
