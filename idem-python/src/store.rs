@@ -1,0 +1,84 @@
+//! `open_store(url)`: a store named by URL, opened lazily in each process.
+
+use std::sync::{Arc, Mutex};
+
+use idem_core::store::{Store as CoreStore, StoreError};
+use idem_stores::{StoreKind, StoreUrl};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tokio::sync::OnceCell;
+
+/// A store by URL; see `open_store`.
+#[pyclass(frozen, module = "idempotence", name = "Store")]
+pub(crate) struct Store {
+    url: StoreUrl,
+    name: Option<String>,
+    // The store as opened in one process. A forked child finds another
+    // process id here and opens its own: connections, pools and SQLite's
+    // writer thread do not survive a fork.
+    opened: Mutex<Option<(u32, Arc<OnceCell<Arc<dyn CoreStore>>>)>>,
+}
+
+impl Store {
+    /// The store, opened in this process on its first use.
+    pub(crate) async fn open(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
+        let pid = std::process::id();
+        let cell = {
+            let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
+            match &*opened {
+                Some((owner, cell)) if *owner == pid => Arc::clone(cell),
+                _ => {
+                    let cell = Arc::new(OnceCell::new());
+                    *opened = Some((pid, Arc::clone(&cell)));
+                    cell
+                }
+            }
+        };
+        let store = cell
+            .get_or_try_init(|| async {
+                match &self.name {
+                    Some(name) => self.url.open_named(name).await,
+                    None => self.url.open().await,
+                }
+            })
+            .await?;
+        Ok(Arc::clone(store))
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// The store's URL, without its password.
+    #[getter]
+    fn url(&self) -> String {
+        self.url.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.name {
+            Some(name) => format!("Store({:?}, name={name:?})", self.url.to_string()),
+            None => format!("Store({:?})", self.url.to_string()),
+        }
+    }
+}
+
+/// Names a store by URL: `memory`, `sqlite:PATH`, `redis://…`,
+/// `rediss://…`, `postgres://…`, `mysql://…` or `mariadb://…`. Nothing is
+/// opened until the first call that uses it, in each process.
+#[pyfunction]
+#[pyo3(signature = (url, *, name = None))]
+pub(crate) fn open_store(url: &str, name: Option<String>) -> PyResult<Store> {
+    let url: StoreUrl = url.parse().map_err(|_| {
+        let known: Vec<String> = StoreKind::ALL.iter().map(|k| k.url_form()).collect();
+        // The URL is not repeated: it may hold a password.
+        PyValueError::new_err(format!(
+            "not a store URL idem knows; the known forms are {}",
+            known.join(", ")
+        ))
+    })?;
+    Ok(Store {
+        url,
+        name,
+        opened: Mutex::new(None),
+    })
+}
