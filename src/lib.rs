@@ -106,3 +106,39 @@ pub use idem_tower as tower;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's chapters (`docs/src`), their Rust blocks compiled and run as
+/// doctests: `mdbook build docs` shows them, `cargo test --doc` checks them.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../docs/src/introduction.md")]
+    mod introduction {}
+    #[doc = include_str!("../docs/src/stores.md")]
+    mod stores {}
+    #[doc = include_str!("../docs/src/http.md")]
+    mod http {}
+    #[doc = include_str!("../docs/src/proxy.md")]
+    mod proxy {}
+    #[doc = include_str!("../docs/src/grpc.md")]
+    mod grpc {}
+    #[doc = include_str!("../docs/src/client.md")]
+    mod client {}
+    #[doc = include_str!("../docs/src/transactions.md")]
+    mod transactions {}
+    #[doc = include_str!("../docs/src/derived-keys.md")]
+    mod derived_keys {}
+    #[doc = include_str!("../docs/src/steps.md")]
+    mod steps {}
+    #[doc = include_str!("../docs/src/waiting.md")]
+    mod waiting {}
+    #[doc = include_str!("../docs/src/inbox.md")]
+    mod inbox {}
+    #[doc = include_str!("../docs/src/brokers.md")]
+    mod brokers {}
+    #[doc = include_str!("../docs/src/mcp.md")]
+    mod mcp {}
+    #[doc = include_str!("../docs/src/observability.md")]
+    mod observability {}
+    #[doc = include_str!("../docs/src/cli.md")]
+    mod cli {}
+}
