@@ -1,9 +1,14 @@
-//! The `Idempotency-Key` HTTP protocol without a web framework: the key
-//! header, the request fingerprint, the stored-response format, the
-//! problem+json catalogue, and the exchange that claims a key, runs the
-//! handler once and records or replays its response. A framework adapter
-//! (`idem-tower`, `idem-actix`) only moves requests and bytes between its
-//! framework and these functions.
+//! The `Idempotency-Key` HTTP protocol without a web framework.
+//!
+//! It holds:
+//!
+//! * the key header;
+//! * the request fingerprint;
+//! * the stored-response format;
+//! * the problem+json catalogue;
+//! * the exchange: claim a key, run the handler once, record or replay its response.
+//!
+//! A framework adapter (`idem-tower`, `idem-actix`) only moves requests and bytes between its framework and these functions.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -60,18 +65,26 @@
 //!
 //! # What the fingerprint covers
 //!
-//! [`Options::fingerprint`] is what the adapters check: the method, the
-//! path and query, the content type and the body, JSON in canonical form
-//! (keys sorted, no whitespace), forms and multipart bodies by field (next
-//! section). A [`FingerprintPolicy`], for every request or per route, leaves
-//! out what does not change a request's meaning: JSON Pointers excluded or
-//! only some included, the query or some of its parameters ignored, or a
-//! function of your own. Each policy is a fingerprint scheme of its own, so
-//! a record made under one is never judged by another; a request under a
-//! policy also matches records made before it (with no policy, or under
-//! the policy it [`replaces`](FingerprintPolicy::replacing)), computed only
-//! when such a record turns up. Setting or changing a policy therefore never
-//! turns an honest retry of an earlier request into a 422.
+//! [`Options::fingerprint`] is what the adapters check.
+//! It covers:
+//!
+//! * the method;
+//! * the path and query;
+//! * the content type;
+//! * the body: JSON in canonical form (keys sorted, no whitespace), forms and multipart bodies by field (next section).
+//!
+//! A [`FingerprintPolicy`] leaves out what does not change a request's meaning.
+//! It applies to every request or per route, and can:
+//!
+//! * exclude some JSON Pointers, or include only some;
+//! * ignore the query, or some of its parameters;
+//! * call a function of your own.
+//!
+//! Each policy is a fingerprint scheme of its own, so a record made under one is never judged by another.
+//! A request under a policy also matches records made before it.
+//! Those are records with no policy, or under the policy it [`replaces`](FingerprintPolicy::replacing).
+//! Their fingerprint is computed only when such a record turns up.
+//! So setting or changing a policy never turns an honest retry of an earlier request into a 422.
 //!
 //! ```
 //! use idem_core::MemoryStore;
@@ -105,27 +118,38 @@
 //! # Form and multipart bodies
 //!
 //! `application/x-www-form-urlencoded` bodies count by field ([`form`]):
-//! escapes and `+` decoded, distinct names in any order, one name's values
-//! in the order sent. `multipart/form-data` bodies count by part
-//! ([`multipart`]): the boundary (which clients draw at random for every
-//! encoding), preamble and epilogue left out, each part by name with its
-//! disposition parameters (the file name), content type and bytes. Both are
-//! scheme [`BODY_SCHEME`]; records of such bodies made by earlier builds
-//! (bytes as they were) keep matching. A multipart body that does not parse
-//! is a typed [`multipart::MultipartError`] and is fingerprinted as its
-//! bytes rather than refused: the handler, not the layer, decides what a
-//! malformed body gets, and comparing bytes can never replay a different
-//! request.
+//!
+//! * escapes and `+` are decoded;
+//! * distinct names may come in any order;
+//! * one name's values stay in the order sent.
+//!
+//! `multipart/form-data` bodies count by part ([`multipart`]):
+//!
+//! * the boundary is left out, since clients draw it at random for every encoding;
+//! * the preamble and epilogue are left out;
+//! * each part counts by name, with its disposition parameters (the file name), content type and bytes.
+//!
+//! Both are scheme [`BODY_SCHEME`].
+//! Records of such bodies made by earlier builds (bytes as they were) keep matching.
+//!
+//! A multipart body that does not parse is a typed [`multipart::MultipartError`].
+//! It is fingerprinted as its bytes rather than refused.
+//! The handler, not the layer, decides what a malformed body gets.
+//! Comparing bytes can never replay a different request.
 //!
 //! # Where the key comes from
 //!
-//! The `Idempotency-Key` header by default (see [`client_key`] for the
-//! forms it accepts, including the quoted decimal keys Firefox adds to
-//! POSTs on its own). [`Options::with_key_source`] reads it instead from a
-//! JSON Pointer into the body (Google's AIP-155 `request_id`) or from a
-//! function over the whole request ([`KeySource`]). Such a key is known only
-//! once the body is read: [`Options::admit`] answers
-//! [`Admission::KeyInBody`], and the adapter asks [`Options::admit_body`].
+//! By default the key is the `Idempotency-Key` header.
+//! [`client_key`] lists the forms it accepts.
+//! They include the quoted decimal keys Firefox adds to POSTs on its own.
+//!
+//! [`Options::with_key_source`] reads the key elsewhere ([`KeySource`]):
+//!
+//! * from a JSON Pointer into the body (Google's AIP-155 `request_id`);
+//! * from a function over the whole request.
+//!
+//! Such a key is known only once the body is read.
+//! [`Options::admit`] answers [`Admission::KeyInBody`], and the adapter asks [`Options::admit_body`].
 //!
 //! ```
 //! use idem_core::MemoryStore;
@@ -144,85 +168,90 @@
 //!
 //! # Trace continuity
 //!
-//! A replay is the second half of a story whose first half is in another
-//! trace. The exchange runs in a span `idem.http` (the parent of the core's
-//! `idem.begin` and of the handler's spans), and the request's W3C
-//! `traceparent` ([`TraceParent`], version `00`; a header that does not
-//! parse, or more than one, is ignored, never refused) is kept with the
-//! recorded response. On a replay of that response, the `idem.http` span
-//! gets the field `idem.original_traceparent`, the first request's header.
-//! The link goes on `idem.http` rather than on `idem.begin` because the
-//! decision to replay is known only once the claim's span has closed, and
-//! because this crate can only reach spans it opens itself.
+//! A replay is the second half of a story whose first half is in another trace.
 //!
-//! With the feature `otel`, the same span also gets an OpenTelemetry
-//! *link* to the original span context (through `tracing-opentelemetry`;
-//! one link per replay, marked remote), so a trace viewer jumps from any
-//! replay to the request that ran the handler. With `otel` on and no
-//! `traceparent` on the first request, the record keeps the context of
-//! that request's own `idem.http` span instead, when an OpenTelemetry layer
-//! gave it one: a public API whose clients send no trace context is where
-//! retries are most common. A header, when present, always wins, so a
-//! record keeps the same thing with the feature on or off. Without the
-//! feature and without a header, nothing is stored.
+//! * The exchange runs in a span `idem.http`.
+//!   It is the parent of the core's `idem.begin` and of the handler's spans.
+//! * The request's W3C `traceparent` ([`TraceParent`], version `00`) is kept with the recorded response.
+//!   A header that does not parse, or more than one, is ignored, never refused.
+//! * On a replay of that response, the `idem.http` span gets the field `idem.original_traceparent`.
+//!   Its value is the first request's header.
 //!
-//! Only the `traceparent` is kept, never `tracestate` (vendor data that
-//! may be large and is not needed to name a span), and a replay's own
-//! `traceparent` changes nothing that was recorded. Adapters read it with
-//! [`Options::request_context`] and pass it to
-//! [`Options::exchange_with`].
+//! The link goes on `idem.http`, not on `idem.begin`, for two reasons:
+//!
+//! * the decision to replay is known only once the claim's span has closed;
+//! * this crate can only reach spans it opens itself.
+//!
+//! With the feature `otel`, the same span also gets an OpenTelemetry *link* to the original span context.
+//! It goes through `tracing-opentelemetry`, one link per replay, marked remote.
+//! A trace viewer then jumps from any replay to the request that ran the handler.
+//!
+//! Sometimes the first request has no `traceparent`.
+//! A public API whose clients send no trace context is where retries are most common.
+//! With `otel` on, the record then keeps the context of that request's own `idem.http` span.
+//! That needs an OpenTelemetry layer to have given the span one.
+//!
+//! * A header, when present, always wins.
+//!   So a record keeps the same thing with the feature on or off.
+//! * Without the feature and without a header, nothing is stored.
+//! * Only the `traceparent` is kept, never `tracestate`.
+//!   `tracestate` is vendor data that may be large and is not needed to name a span.
+//! * A replay's own `traceparent` changes nothing that was recorded.
+//!
+//! Adapters read the context with [`Options::request_context`] and pass it to [`Options::exchange_with`].
 //!
 //! # Large and streamed responses
 //!
-//! A response body up to [`Options::with_max_response_body`] (1 MiB) is
-//! read whole and recorded in one record. A larger one, a model's token
-//! stream or a file export, streams to its client at once and is recorded
-//! as it goes, in chunks of up to 64 KiB ([`idem_core::chunks`]), up to
-//! [`Options::with_max_streamed_body`] (100 MiB); a replay reads the chunks
-//! back one at a time and sends their frames as they come, so memory stays
-//! bounded whatever the body's size. Chunks are records of their own, so
-//! every store keeps them, a user's own included. Choices:
+//! A response body up to [`Options::with_max_response_body`] (1 MiB) is read whole.
+//! It is recorded in one record.
 //!
-//! * A chunk is written when it is full or when the handler's body has no
-//!   frame ready, so an event stream's events keep their boundaries in the
-//!   record and on replay (only a frame longer than a chunk is split),
-//!   while a fast body is written 64 KiB at a time.
-//! * The record names its chunks only once the last one is written. An
-//!   owner that dies mid-stream leaves its key in flight: the lease lapses,
-//!   a retry runs the handler again, and the half-written chunks are never
-//!   read. A replay whose chunks are gone (lapsed, evicted) is refused with
-//!   500 before its first byte, or cut short with an error after it, never
-//!   ended cleanly without all of its bytes.
-//! * A client that hangs up mid-stream stops nothing: the body is read and
-//!   recorded to its end (the adapter drives the [`Recording`] in a task of
-//!   its own), as a handler's outcome is recorded for a client that left.
-//! * A body that fails mid-stream, or goes past the streamed limit, still
-//!   reaches its client as far as it went; the key is marked executed
-//!   without a replayable response (409 `not-replayable`), as a body over
-//!   the limit always was. A body whose `Content-Length` is over the
-//!   streamed limit is not recorded at all, so nothing follows it.
-//! * A retry with `Prefer: wait` that arrives while the original is still
-//!   streaming follows it: it gets the status and headers the owner wrote
-//!   first (a head beside the chunks) and then each chunk as it is written,
-//!   looking for the next every 5 to 50 ms, so its first bytes come before
-//!   the original ends. It ends with an error if the owner's lease lapses
-//!   or the response is not recorded (an unsized body that goes past the
-//!   streamed limit, a body or store that fails): the same cut a client
-//!   gets from a body that fails, never a clean end without all the bytes. Without `Prefer: wait` it gets 409,
-//!   as any request that finds its key in progress.
+//! A larger one streams to its client at once; a model's token stream or a file export are examples.
+//! It is recorded as it goes, in chunks of up to 64 KiB ([`idem_core::chunks`]).
+//! The limit is [`Options::with_max_streamed_body`] (100 MiB).
+//! A replay reads the chunks back one at a time and sends their frames as they come.
+//! So memory stays bounded whatever the body's size.
+//! Chunks are records of their own, so every store keeps them, a user's own included.
 //!
-//! An adapter opts in by reading its body frame by frame
-//! ([`ResponseBody::STREAMS`]); `idem-tower` (and so `idem-proxy`) and
-//! `idem-actix` do.
+//! Choices:
+//!
+//! * A chunk is written when it is full, or when the handler's body has no frame ready.
+//!   So an event stream's events keep their boundaries, in the record and on replay.
+//!   Only a frame longer than a chunk is split.
+//!   A fast body is written 64 KiB at a time.
+//! * The record names its chunks only once the last one is written.
+//!   An owner that dies mid-stream leaves its key in flight.
+//!   The lease lapses, a retry runs the handler again, and the half-written chunks are never read.
+//! * A replay whose chunks are gone (lapsed, evicted) never ends cleanly without all of its bytes.
+//!   Before its first byte it is refused with 500; after it, it is cut short with an error.
+//! * A client that hangs up mid-stream stops nothing.
+//!   The body is read and recorded to its end, as a handler's outcome is recorded for a client that left.
+//!   The adapter drives the [`Recording`] in a task of its own.
+//! * A body that fails mid-stream, or goes past the streamed limit, still reaches its client as far as it went.
+//!   The key is marked executed without a replayable response (409 `not-replayable`).
+//!   A body over the limit always was.
+//! * A body whose `Content-Length` is over the streamed limit is not recorded at all, so nothing follows it.
+//! * A retry with `Prefer: wait` may arrive while the original is still streaming.
+//!   It follows the original: first the status and headers the owner wrote (a head beside the chunks).
+//!   Then it gets each chunk as it is written, looking for the next every 5 to 50 ms.
+//!   So its first bytes come before the original ends.
+//! * That retry ends with an error if the owner's lease lapses or the response is not recorded.
+//!   An unsized body past the streamed limit, or a body or store that fails, are such cases.
+//!   It is the same cut a client gets from a body that fails, never a clean end without all the bytes.
+//! * Without `Prefer: wait`, the retry gets 409, as any request that finds its key in progress.
+//!
+//! An adapter opts in by reading its body frame by frame ([`ResponseBody::STREAMS`]).
+//! `idem-tower` (and so `idem-proxy`) and `idem-actix` do.
 //!
 //! # Stored format
 //!
-//! The payload of a record is described in [`stored`]. Version 1 is the
-//! format `idem-tower` has always written; version 2 adds the trace parent
-//! and is written only when there is one, so records replay through any
-//! adapter, old records replay unchanged, and a record without a trace
-//! parent is still readable by a build that knows only version 1. Version
-//! 3 is a response recorded in chunks.
+//! [`stored`] describes the payload of a record.
+//!
+//! * Version 1 is the format `idem-tower` has always written.
+//! * Version 2 adds the trace parent, and is written only when there is one.
+//! * Version 3 is a response recorded in chunks.
+//!
+//! So records replay through any adapter, and old records replay unchanged.
+//! A record without a trace parent is still readable by a build that knows only version 1.
 #![forbid(unsafe_code)]
 
 mod exchange;
