@@ -1,22 +1,26 @@
-//! A reverse proxy that puts the `Idempotency-Key` protocol in front of a
-//! service written in any language: each protected request reaches the
-//! upstream once per key, and every retry gets its recorded response back.
+//! A reverse proxy that puts the `Idempotency-Key` protocol in front of a service written in any language.
+//! Each protected request reaches the upstream once per key.
+//! Every retry gets its recorded response back.
 //!
 //! ```text
 //! idem-proxy --listen 127.0.0.1:8080 --upstream http://127.0.0.1:3000 --store redis://127.0.0.1:6379
 //! ```
 //!
-//! With no file, every `POST` and `PATCH` that carries an
-//! `Idempotency-Key` is protected, on every path; every other request is
-//! forwarded untouched. The exchange is `idem-http`'s, the one `idem-tower`
-//! and `idem-actix` run, so a client gets the same answers from the proxy
-//! as from those middlewares: the replay with `Idempotent-Replayed: true`,
-//! 422 for another request under a key, 409 with `Retry-After` (or a wait,
-//! with `Prefer: wait=N`) while the key is in flight, 400 for a bad key or
-//! a missing one where keys are required, 413 for a body over the limit,
-//! 503 when the store fails, all as `application/problem+json`. Any store
-//! opens by URL (`idem-stores`); the default is a SQLite file,
-//! `idem-proxy.db`.
+//! With no file, every `POST` and `PATCH` that carries an `Idempotency-Key` is protected, on every path.
+//! Every other request is forwarded untouched.
+//!
+//! The exchange is `idem-http`'s, the one `idem-tower` and `idem-actix` run.
+//! So a client gets the same answers from the proxy as from those middlewares, all as `application/problem+json`:
+//!
+//! * the replay, with `Idempotent-Replayed: true`;
+//! * 422 for another request under a key;
+//! * 409 with `Retry-After` while the key is in flight, or a wait with `Prefer: wait=N`;
+//! * 400 for a bad key, or a missing one where keys are required;
+//! * 413 for a body over the limit;
+//! * 503 when the store fails.
+//!
+//! Any store opens by URL (`idem-stores`).
+//! The default is a SQLite file, `idem-proxy.db`.
 //!
 //! As a library (the command is behind the `cli` feature):
 //!
@@ -39,18 +43,17 @@
 //!
 //! # Why a crate of its own
 //!
-//! The proxy is a server: hyper's server and client, HTTP/2, a Prometheus
-//! exporter and a TOML parser. None of that belongs in the `idem` command
-//! (`idem-cli`, an operator's tool for records) or in the libraries an
-//! application links, so the proxy is its own crate and binary, and its
-//! command-line parser is behind the `cli` feature
-//! (`cargo install idem-proxy --features cli`).
+//! The proxy is a server: hyper's server and client, HTTP/2, a Prometheus exporter and a TOML parser.
+//! None of that belongs in the libraries an application links.
+//! Nor does it belong in the `idem` command (`idem-cli`), an operator's tool for records.
+//! So the proxy is its own crate and binary.
+//! Its command-line parser is behind the `cli` feature (`cargo install idem-proxy --features cli`).
 //!
 //! # The configuration file
 //!
-//! `--config idem-proxy.toml` reads routes and defaults; the command
-//! line's `--listen`, `--upstream`, `--store`, `--admin`, `--lease` and
-//! `--near-cache` override the file. Every setting is optional:
+//! `--config idem-proxy.toml` reads routes and defaults.
+//! The command line's `--listen`, `--upstream`, `--store`, `--admin`, `--lease` and `--near-cache` override the file.
+//! Every setting is optional:
 //!
 //! ```toml
 //! listen = "127.0.0.1:8080"
@@ -80,24 +83,32 @@
 //! store_timeout = "5s"
 //! ```
 //!
-//! A path pattern matches whole segments: `*` is one segment, a final `**`
-//! any rest (none included); the query never counts. Requests no route
-//! covers are forwarded untouched and never reach the store.
+//! A path pattern matches whole segments:
+//!
+//! * `*` is one segment;
+//! * a final `**` is any rest, none included;
+//! * the query never counts.
+//!
+//! Requests no route covers are forwarded untouched and never reach the store.
 //!
 //! # What the upstream sees
 //!
-//! A protected request is forwarded with its key header as the client sent
-//! it and, when the route has a scope, an `Idempotency-Scope` header with
-//! the scope the key was checked in (a client's own header of that name is
-//! always removed). An upstream that records the key can refuse a repeat
-//! itself, which closes the one window the proxy cannot (below).
-//! Hop-by-hop headers are removed both ways; `Host` is kept. The upstream
-//! is reached over HTTP/1.1 with pooled keep-alive connections; clients may
-//! speak HTTP/1.1 or HTTP/2 over cleartext (h2c with prior knowledge).
-//! Bodies that need no record are streamed both ways; a protected
-//! request's body is read (up to `max_request_body`) to fingerprint it,
-//! and a protected response's body is read (up to `max_response_body`) to
-//! record it.
+//! A protected request is forwarded with its key header as the client sent it.
+//!
+//! * When the route has a scope, an `Idempotency-Scope` header carries the scope the key was checked in.
+//!   A client's own header of that name is always removed.
+//! * Hop-by-hop headers are removed both ways; `Host` is kept.
+//!
+//! An upstream that records the key can refuse a repeat itself.
+//! That closes the one window the proxy cannot close (below).
+//!
+//! Connections and bodies:
+//!
+//! * The upstream is reached over HTTP/1.1, with pooled keep-alive connections.
+//! * Clients may speak HTTP/1.1, or HTTP/2 over cleartext (h2c with prior knowledge).
+//! * Bodies that need no record are streamed both ways.
+//! * A protected request's body is read, up to `max_request_body`, to fingerprint it.
+//! * A protected response's body is read, up to `max_response_body`, to record it.
 //!
 //! # When the upstream fails
 //!
@@ -110,41 +121,46 @@
 //! | answers 2xx–4xx | that answer | recorded |
 //! | breaks the connection in the middle of a recorded body | **500** `internal` | recorded as not replayable |
 //!
-//! The three failures release the key so that a retry is forwarded at once
-//! rather than refused for a whole lease; in the last two rows the
-//! upstream may have acted, which is why it gets the key: one that records
-//! it makes the retry a no-op.
+//! The three failures release the key, so a retry is forwarded at once rather than refused for a whole lease.
+//! In the last two rows the upstream may have acted.
+//! That is why it gets the key: an upstream that records it makes the retry a no-op.
 //!
 //! # A crash of the proxy
 //!
-//! A proxy killed between forwarding a request and recording its answer
-//! cannot know whether the upstream ran it. Its claim stays in the store
-//! until the lease lapses: until then every retry under the key gets 409
-//! (or waits) and is not forwarded, whichever proxy process it reaches. After the lease,
-//! one retry takes the key over and is forwarded again: the upstream may
-//! then run the request a second time, unless it records the key it is
-//! sent. Killed proxies never cause a run while a lease is live; with the
-//! key passed upstream, an upstream that dedupes by it makes one effect.
+//! A proxy may be killed between forwarding a request and recording its answer.
+//! It cannot know whether the upstream ran the request.
+//!
+//! * Its claim stays in the store until the lease lapses.
+//! * Until then, every retry under the key gets 409 (or waits) and is not forwarded, whichever proxy process it reaches.
+//! * After the lease, one retry takes the key over and is forwarded again.
+//!   The upstream may then run the request a second time, unless it records the key it is sent.
+//!
+//! So killed proxies never cause a run while a lease is live.
+//! With the key passed upstream, an upstream that dedupes by it makes one effect.
 //! Both are tested by killing the proxy with `SIGKILL` under load.
 //!
 //! # A near cache
 //!
-//! `--near-cache` (or `near_cache = true`) puts idem-core's `NearCache`
-//! in front of the store: a key this process has seen settled is replayed
-//! from memory, with no store round trip. Each proxy process has its own,
-//! and correctness does not depend on it (nothing in flight is kept; an
-//! entry lives no longer than the record's retention nor 60 s). Turn it
-//! on where retries come back to the same proxy; a record deleted by hand
-//! in the store may still replay from a proxy's cache for up to 60 s.
+//! `--near-cache` (or `near_cache = true`) puts idem-core's `NearCache` in front of the store.
+//! A key this process has seen settled is replayed from memory, with no store round trip.
+//! Each proxy process has its own cache.
+//!
+//! Correctness does not depend on it:
+//!
+//! * nothing in flight is kept;
+//! * an entry lives no longer than the record's retention, nor than 60 s.
+//!
+//! Turn it on where retries come back to the same proxy.
+//! A record deleted by hand in the store may still replay from a proxy's cache for up to 60 s.
 //!
 //! # Metrics and health
 //!
-//! `--admin ADDR` serves `GET /healthz` and `GET /metrics` (the Prometheus
-//! text format) on a port of its own. Besides idem-core's and idem-http's
-//! metrics, the proxy counts `idem_proxy_requests_total` by `route` (`""`
-//! for requests no route covers), `idem_proxy_upstream_errors_total` by
-//! `kind` (`unreachable`, `failed`, `timeout`), and times the upstream's
-//! answers in `idem_proxy_upstream_seconds`.
+//! `--admin ADDR` serves `GET /healthz` and `GET /metrics` (the Prometheus text format) on a port of its own.
+//! Besides idem-core's and idem-http's metrics, the proxy has its own:
+//!
+//! * `idem_proxy_requests_total`, by `route` (`""` for requests no route covers);
+//! * `idem_proxy_upstream_errors_total`, by `kind` (`unreachable`, `failed`, `timeout`);
+//! * `idem_proxy_upstream_seconds`, the time of the upstream's answers.
 #![forbid(unsafe_code)]
 
 mod admin;
