@@ -1,5 +1,5 @@
-//! Make any side effect safe to retry: run work once per idempotency key and
-//! replay its recorded outcome to every retry.
+//! Make any side effect safe to retry.
+//! Work runs once per idempotency key, and every retry gets its recorded outcome back.
 //!
 //! ```
 //! use idem_core::{Error, Idempotent, MemoryStore};
@@ -27,15 +27,19 @@
 //!
 //! # The lifecycle of a key
 //!
-//! A [`Key`] is a namespace, a scope (the tenant or principal, `""` when
-//! there is none) and the client key (1–255 visible ASCII characters). A
-//! [`Fingerprint`] is a SHA-256 of what the request means; for JSON bodies
-//! it is taken over a canonical form, so field order never matters. Every
-//! fingerprint carries the number of its *scheme* (how it was computed),
-//! and stores keep it with the record: a caller that changes how it
-//! fingerprints requests numbers the new way, sends the old fingerprint
-//! along ([`Fingerprint::also_matching`]), and records made the old way
-//! keep replaying (see [Schemes](Fingerprint#schemes)).
+//! A [`Key`] has three parts:
+//!
+//! * a namespace;
+//! * a scope: the tenant or principal, `""` when there is none;
+//! * the client key: 1–255 visible ASCII characters.
+//!
+//! A [`Fingerprint`] is a SHA-256 of what the request means.
+//! For JSON bodies it is taken over a canonical form, so field order never matters.
+//! Every fingerprint carries the number of its *scheme*: how it was computed.
+//! Stores keep the scheme with the record.
+//! A caller that changes how it fingerprints requests gives the new way a new number.
+//! It sends the old fingerprint along ([`Fingerprint::also_matching`]).
+//! Records made the old way then keep replaying (see [Schemes](Fingerprint#schemes)).
 //!
 //! ```text
 //!             claim                    complete(token)
@@ -46,11 +50,12 @@
 //!                         └──▶ taken over: new token          retention lapses ─▶ Absent
 //! ```
 //!
-//! On every call [`Idempotent::execute`] claims the key (one store round
-//! trip). If the key was absent the work runs while a heartbeat renews the
-//! lease every third of its length, and the outcome is recorded (a second
-//! round trip). If a record was there, one decision — in this crate only —
-//! says what happens, in this order:
+//! On every call, [`Idempotent::execute`] claims the key in one store round trip.
+//! If the key was absent, the work runs.
+//! Meanwhile a heartbeat renews the lease every third of its length.
+//! Then the outcome is recorded, in a second round trip.
+//! If a record was there, one decision says what happens.
+//! It is made in this crate only, in this order:
 //!
 //! 1. a different fingerprint is [`Error::Mismatch`], even while the first
 //!    request is still running;
@@ -60,78 +65,109 @@
 //!    of several recoverers exactly one wins and runs the work;
 //! 4. a recorded outcome is replayed.
 //!
-//! Every owner transition (complete, fail, release, renew) is a
-//! compare-and-set on the owner's random token, so an owner whose lease
-//! lapsed and was taken over gets [`Error::LeaseLost`] and can never
-//! overwrite, delete or extend the newer owner's record. Deadlines are kept
-//! on the store's clock, never the caller's.
+//! Every owner transition (complete, fail, release, renew) is a compare-and-set on the owner's random token.
+//! So an owner whose lease lapsed and was taken over gets [`Error::LeaseLost`].
+//! It can never overwrite, delete or extend the newer owner's record.
+//! Deadlines are kept on the store's clock, never the caller's.
 //!
-//! `Ok` outcomes are recorded and replayed. `Err` releases the key so a
-//! retry runs again, unless [`Idempotent::execute_remembering`] chooses to
-//! record it. A panic or a dropped future leaves the key claimed until the
-//! lease lapses, because the side effect may have happened. A store failure
-//! says whether the work had run ([`When`]).
+//! What happens to an outcome:
 //!
-//! Frameworks use the lower level underneath: [`Idempotent::begin`] returns
-//! [`Begin::Run`] with a [`Lease`] to complete, fail or release, or
-//! [`Begin::Replay`] with the recorded bytes.
+//! * `Ok` outcomes are recorded and replayed.
+//! * `Err` releases the key, so a retry runs again.
+//!   [`Idempotent::execute_remembering`] can choose to record it instead.
+//! * A panic or a dropped future leaves the key claimed until the lease lapses.
+//!   The side effect may have happened.
+//! * A store failure says whether the work had run ([`When`]).
+//!
+//! Frameworks use the lower level underneath.
+//! [`Idempotent::begin`] returns [`Begin::Run`] with a [`Lease`] to complete, fail or release.
+//! Or it returns [`Begin::Replay`] with the recorded bytes.
 //!
 //! # Exactly-once effects
 //!
-//! A lease makes the *work* run once per lease; what callers want is the
-//! *effect* once, even when a process dies between doing something and
-//! recording that it did. Three mechanisms cover three kinds of effect:
+//! A lease makes the *work* run once per lease.
+//! Callers want the *effect* once, even when a process dies between doing something and recording it.
+//! Three mechanisms cover three kinds of effect.
 //!
-//! | where the effect lands | mechanism | what a crash can do |
-//! |---|---|---|
-//! | **the same SQL database** as the records (PostgreSQL, MariaDB, SQLite) | *transactional completion*: the store's `execute_in_tx` runs the work in a transaction and records the outcome with a token-fenced update **in that transaction**; one commit makes the business rows and the outcome durable together | nothing: both or neither land; a stale owner's completion matches no row, its transaction rolls back and it gets [`Error::LeaseLost`] |
-//! | **a remote API that dedupes** on its own idempotency key (a payment gateway, an email API) | *derived keys*: [`Lease::derive_key`] / [`Key::derive`], the same for every retry and every owner that takes the key over | a re-run after a crash sends the same key, and the remote API answers with the first call's result |
-//! | **anything else** (an SMTP send, a webhook to a system without keys) | the lease alone: at most once per lease | a crash after the effect and before the record lets one retry repeat it once the lease lapses |
+//! **The effect lands in the same SQL database as the records** (PostgreSQL, MariaDB, SQLite).
+//! Use *transactional completion*.
 //!
-//! The SQL stores share one policy ([`StoreTx`](store::StoreTx)) and one
-//! shape: `execute_in_tx(&idem, key, &body, |tx| Box::pin(async move {
-//! … }))`, and for a transaction the caller manages, `store.begin()`, then
-//! `complete_in(&mut tx, lease, payload)` / `fail_in`, ended through the
-//! [`Uncommitted`](store::Uncommitted) guard they return. On PostgreSQL and
-//! MariaDB the work gets the transaction's connection while the heartbeat
-//! renews the lease through another pool connection. On SQLite the
-//! transaction (`idem_sqlite::SqliteTx`) is served by the store's one
-//! writer thread, whose other writes wait for it, so no heartbeat runs
-//! (nothing can take the key over meanwhile); its synchronous closure form,
-//! `execute_in_batch`, runs inside the writer's group commit and shares one
-//! commit with the operations queued around it. Each store also has
-//! `execute_in_tx_remembering`, which records chosen work errors as
-//! remembered failures in the same transaction. An operation made of
-//! several effects picks a mechanism per step ([`steps`]).
+//! * The store's `execute_in_tx` runs the work in a transaction.
+//! * It records the outcome with a token-fenced update **in that transaction**.
+//! * One commit makes the business rows and the outcome durable together.
+//! * A crash can do nothing: both land or neither does.
+//! * A stale owner's completion matches no row.
+//!   Its transaction rolls back, and it gets [`Error::LeaseLost`].
+//!
+//! **The effect is a call to a remote API that dedupes** on its own idempotency key (a payment gateway, an email API).
+//! Use *derived keys*: [`Lease::derive_key`] or [`Key::derive`].
+//!
+//! * The derived key is the same for every retry and for every owner that takes the key over.
+//! * A re-run after a crash sends the same key.
+//!   The remote API answers with the first call's result.
+//!
+//! **Anything else** (an SMTP send, a webhook to a system without keys) has the lease alone.
+//!
+//! * The effect happens at most once per lease.
+//! * A crash after the effect and before the record lets one retry repeat it, once the lease lapses.
+//!
+//! The SQL stores share one policy ([`StoreTx`](store::StoreTx)) and one shape:
+//!
+//! * `execute_in_tx(&idem, key, &body, |tx| Box::pin(async move { … }))`;
+//! * for a transaction the caller manages: `store.begin()`, then `complete_in(&mut tx, lease, payload)` or `fail_in`;
+//!   the [`Uncommitted`](store::Uncommitted) guard they return ends it.
+//!
+//! How each store runs the transaction:
+//!
+//! * On PostgreSQL and MariaDB, the work gets the transaction's connection.
+//!   The heartbeat renews the lease through another pool connection.
+//! * On SQLite, the store's one writer thread serves the transaction (`idem_sqlite::SqliteTx`).
+//!   Its other writes wait, so nothing can take the key over and no heartbeat runs.
+//! * SQLite's synchronous closure form, `execute_in_batch`, runs inside the writer's group commit.
+//!   It shares one commit with the operations queued around it.
+//!
+//! Each store also has `execute_in_tx_remembering`.
+//! It records chosen work errors as remembered failures in the same transaction.
+//! An operation made of several effects picks a mechanism per step ([`steps`]).
 //!
 //! # Waiting instead of 409
 //!
-//! A caller that finds its key in progress can wait for the outcome instead
-//! of getting [`Error::InProgress`] (HTTP 409): [`Idempotent::with_wait`] in
-//! code, `Prefer: wait=N` (RFC 7240) over HTTP, capped by the HTTP layer's
-//! `with_max_wait` (10 s by default) and answered with
-//! `Preference-Applied: wait`. The store wakes the waiter the moment the
-//! outcome is recorded: in process for [`MemoryStore`] and SQLite,
-//! `LISTEN`/`NOTIFY` on PostgreSQL once turned on with
-//! `with_notifications(true)` (off by default: a notifying commit takes a
-//! database-wide lock, which cost first executions at 32 callers more than
-//! half their throughput), pub/sub published by the completion script on
-//! Redis. The waiter still reads the record every
-//! [`FALLBACK_POLL`](store::FALLBACK_POLL) in case a wake-up is lost.
-//! MariaDB waiters poll (5 ms doubling to 250 ms), and so does a waiter on
-//! a store written before wake-ups existed, which keeps compiling
-//! ([`Store::wakeups`](store::Store::wakeups) defaults to `None`). If the
-//! owner crashes, a waiter whose deadline allows takes the key over once
-//! the lease lapses. Figures: `BENCHMARKS.md`, "Wake-ups".
+//! A caller that finds its key in progress can wait for the outcome.
+//! It then gets no [`Error::InProgress`] (HTTP 409).
+//!
+//! * In code: [`Idempotent::with_wait`].
+//! * Over HTTP: `Prefer: wait=N` (RFC 7240), answered with `Preference-Applied: wait`.
+//!   The HTTP layer's `with_max_wait` caps it, at 10 s by default.
+//!
+//! The store wakes the waiter the moment the outcome is recorded:
+//!
+//! * in process, for [`MemoryStore`] and SQLite;
+//! * by `LISTEN`/`NOTIFY` on PostgreSQL, once turned on with `with_notifications(true)`;
+//! * by pub/sub on Redis, published by the completion script.
+//!
+//! PostgreSQL's notifications are off by default.
+//! A notifying commit takes a database-wide lock.
+//! At 32 callers, that cost first executions more than half their throughput.
+//!
+//! The waiter still reads the record every [`FALLBACK_POLL`](store::FALLBACK_POLL), in case a wake-up is lost.
+//! MariaDB waiters poll, from 5 ms doubling to 250 ms.
+//! So does a waiter on a store written before wake-ups existed.
+//! Such a store keeps compiling: [`Store::wakeups`](store::Store::wakeups) defaults to `None`.
+//! If the owner crashes, a waiter whose deadline allows takes the key over once the lease lapses.
+//! Figures: `BENCHMARKS.md`, "Wake-ups".
 //!
 //! # Operating idem
 //!
-//! **Metrics and tracing.** [`observe`] tables every metric and span. Every
-//! metric is labelled `store` and `namespace`, never by key; install the
-//! exporter you use (Prometheus, StatsD, …) and they appear. The HTTP layer
-//! adds `idem_http_responses_total` (idem-http), the inbox its
-//! `idem_inbox_*` metrics (idem-inbox) and the broker consumers
-//! `idem_broker_deliveries_total` (idem-broker). Worth an alert:
+//! **Metrics and tracing.** [`observe`] tables every metric and span.
+//! Every metric is labelled `store` and `namespace`, never by key.
+//! Install the exporter you use (Prometheus, StatsD, …) and they appear.
+//! Other crates add their own:
+//!
+//! * idem-http: `idem_http_responses_total`;
+//! * idem-inbox: its `idem_inbox_*` metrics;
+//! * idem-broker: `idem_broker_deliveries_total`.
+//!
+//! Worth an alert:
 //!
 //! * `idem_lease_lost_total`: work that ran longer than its lease and lost
 //!   it;
@@ -139,28 +175,26 @@
 //!   outcome may not be recorded;
 //! * a steady `idem_in_progress_total` on one namespace: a stuck key.
 //!
-//! Keys appear in spans and logs only as a 16-hex-digit hash of the stored
-//! key ([`KeyInTraces`](observe::KeyInTraces)), so logs carry no tenant
-//! data; `idem inspect` prints the same hash, to go from a log line to the
-//! record.
+//! Keys appear in spans and logs only as a hash of the stored key, 16 hex digits ([`KeyInTraces`](observe::KeyInTraces)).
+//! So logs carry no tenant data.
+//! `idem inspect` prints the same hash, to go from a log line to the record.
 //!
-//! **Resetting a key.** A recorded outcome that must not be replayed any
-//! more (a remembered failure whose cause is fixed, an outcome a bug
-//! recorded) is deleted with [`Idempotent::reset`] or `idem reset KEY`;
-//! the next call runs the work again. Only settled records are deleted,
-//! in one atomic step of the store: a key in flight is refused
-//! ([`Reset::InFlight`](store::Reset::InFlight)) and stays the owner's to
-//! release (`idem release --token`). Each reset writes an audit line
-//! (target `idem::audit`: store, namespace, hashed key, outcome, and who
-//! and why when given) and counts `idem_resets_total{outcome}`. A near
-//! cache of settled records in another process does not hear of a reset
-//! and may replay the old outcome until its entry's cap lapses (60 s by
-//! default).
+//! **Resetting a key.** Some recorded outcomes must not replay any more.
+//! A remembered failure whose cause is fixed is one; an outcome a bug recorded is another.
+//! Delete it with [`Idempotent::reset`] or `idem reset KEY`; the next call runs the work again.
 //!
-//! **Purging.** Redis expires records itself. SQLite, PostgreSQL and MariaDB
-//! keep an expired record (absent to every call) until it is purged; run a
-//! purger in each app server (they share the work) or `idem purge` from
-//! cron:
+//! * Only settled records are deleted, in one atomic step of the store.
+//! * A key in flight is refused ([`Reset::InFlight`](store::Reset::InFlight)).
+//!   It stays the owner's to release (`idem release --token`).
+//! * Each reset writes an audit line, with the target `idem::audit`.
+//!   The line holds the store, namespace, hashed key and outcome, and who and why when given.
+//! * Each reset counts `idem_resets_total{outcome}`.
+//! * A near cache of settled records in another process does not hear of a reset.
+//!   It may replay the old outcome until its entry's cap lapses (60 s by default).
+//!
+//! **Purging.** Redis expires records itself.
+//! SQLite, PostgreSQL and MariaDB keep an expired record until it is purged; every call sees it as absent.
+//! Run a purger in each app server (they share the work), or `idem purge` from cron:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -183,10 +217,11 @@
 //!
 //! # Implementing a store
 //!
-//! A store implements [`Store`](store::Store): seven primitives, each atomic on one key,
-//! with the rules in the trait's `# Contract`. [`MemoryStore`] is the
-//! reference; here is a whole store on the standard library's clock. Prove
-//! yours with the `idem-conformance` kit.
+//! A store implements [`Store`](store::Store): seven primitives, each atomic on one key.
+//! The trait's `# Contract` gives the rules.
+//! [`MemoryStore`] is the reference.
+//! Here is a whole store on the standard library's clock.
+//! Prove yours with the `idem-conformance` kit.
 //!
 //! ```
 //! use std::collections::HashMap;
