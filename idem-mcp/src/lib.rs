@@ -1,12 +1,14 @@
 //! The MCP tools for idem: Model Context Protocol tool calls that an agent
 //! can retry without repeating their effect.
 //!
-//! An agent that believes its first call failed calls the tool again, and a
-//! transport that lost a response sends the request again. [`IdemTools`]
-//! runs each call of a tool with an effect under
-//! [`Idempotent::execute`](idem_core::Idempotent::execute): the first call
-//! runs the tool and records its result; every retry of the same intent
-//! gets that result back, byte for byte, without running the tool.
+//! Retries happen for two reasons:
+//!
+//! * an agent that believes its first call failed calls the tool again;
+//! * a transport that lost a response sends the request again.
+//!
+//! [`IdemTools`] runs each call of a tool with an effect under [`Idempotent::execute`](idem_core::Idempotent::execute).
+//! The first call runs the tool and records its result.
+//! Every retry of the same intent gets that result back, byte for byte, without running the tool.
 //!
 //! ```
 //! use idem_core::{Idempotent, MemoryStore};
@@ -46,22 +48,25 @@
 //!
 //! With rmcp's `#[tool_router]`, `next` is
 //! `|request, context| self.tool_router.call(ToolCallContext::new(self, request, context))`
-//! (see the `mcp-email` example). A wrapper of the whole `ServerHandler`
-//! would have to forward each of its methods, which grow with every
-//! protocol revision; composing in `call_tool` is one line and leaves the
-//! rest of the server alone.
+//! (see the `mcp-email` example).
+//! Why compose in `call_tool`, not wrap the whole `ServerHandler`:
+//!
+//! * a wrapper would have to forward each of the handler's methods;
+//! * those methods grow with every protocol revision;
+//! * composing in `call_tool` is one line and leaves the rest of the server alone.
 //!
 //! # The key: the orchestrator's, never the model's
 //!
-//! The model writes a call's arguments; the client (the orchestrator, the
-//! agent's host) writes its `_meta`. A call's key is made on the server
-//! from what the orchestrator controls: by default [`default_key`] derives
-//! it ([`Key::derive`](idem_core::Key::derive)) from the tool's name and
-//! the request's `_meta."io.idem/intent"` (the orchestrator's id of what
-//! the agent means to do, stable across its retries) and
-//! `_meta."io.idem/key"` (a key the client made itself), whichever are
-//! sent. The canonical arguments are the call's fingerprint, not part of
-//! its key, so:
+//! The model writes a call's arguments.
+//! The client (the orchestrator, the agent's host) writes its `_meta`.
+//! The server makes a call's key from what the orchestrator controls.
+//! By default, [`default_key`] derives it ([`Key::derive`](idem_core::Key::derive)) from the tool's name and these, whichever are sent:
+//!
+//! * `_meta."io.idem/intent"`: the orchestrator's id of what the agent means to do, stable across its retries;
+//! * `_meta."io.idem/key"`: a key the client made itself.
+//!
+//! The canonical arguments are the call's fingerprint, not part of its key.
+//! So:
 //!
 //! * a retry with the same intent and arguments replays the result, marked
 //!   `_meta."io.idem/replayed": true` (`false` on the call that ran);
@@ -69,14 +74,15 @@
 //!   error (`-32602`) that tells the model the earlier call stands;
 //! * another intent with the same arguments is another effect.
 //!
-//! [`IdemTools::with_key`] replaces the function (to key by chosen
-//! arguments as well, or by a session the orchestrator names), and
-//! [`MissingIntent`] says what a call without an intent gets: refused by
-//! default, because without one the server cannot tell a retry from a
-//! second request; [`MissingIntent::Arguments`] keys it by its arguments
-//! instead, for tools where two equal calls never mean two effects. The
-//! scope of [`Idempotent::scoped`](idem_core::Idempotent::scoped) keeps
-//! tenants apart.
+//! [`IdemTools::with_key`] replaces the function.
+//! It can key by chosen arguments as well, or by a session the orchestrator names.
+//!
+//! [`MissingIntent`] says what a call without an intent gets.
+//! By default it is refused: without an intent, the server cannot tell a retry from a second request.
+//! [`MissingIntent::Arguments`] keys it by its arguments instead.
+//! That suits tools where two equal calls never mean two effects.
+//!
+//! The scope of [`Idempotent::scoped`](idem_core::Idempotent::scoped) keeps tenants apart.
 //!
 //! # Answers
 //!
@@ -90,29 +96,32 @@
 //! | the store failed | [`STORE_FAILED`] (`-32011`) with `io.idem/ran` |
 //! | the tool's error result (`isError`) or a JSON-RPC error | passed on, the key released: a retry runs the tool ([`IdemTools::remember_tool_errors`] records error results) |
 //!
-//! The messages are written for the model that reads them: what happened,
-//! whether the tool ran, and what to do. Results that are not a completed
-//! tool call (a request for more input, a task) are passed on and the key
-//! released.
+//! The messages are written for the model that reads them.
+//! They say what happened, whether the tool ran, and what to do.
+//! Some results are not a completed tool call: a request for more input, or a task.
+//! Those are passed on, and the key is released.
 //!
 //! # The approval gate
 //!
-//! A tool marked [`gated`](IdemTools::gated) does not run on its first
-//! call: the call records a pending approval and answers with an approval
-//! request (`_meta."io.idem/approval": {"id", "status": "pending"}`, and
-//! text that asks the model to tell the user). A person looks at it with
-//! [`IdemTools::pending`] and decides with [`IdemTools::approve`] or
-//! [`IdemTools::deny`]; the first call of the intent after an approval
-//! runs the tool, once, and every later call replays its result. How the
-//! records are laid out is in the [`approval`] module.
+//! A tool marked [`gated`](IdemTools::gated) does not run on its first call.
+//!
+//! 1. The call records a pending approval.
+//! 2. It answers with an approval request: `_meta."io.idem/approval": {"id", "status": "pending"}`,
+//!    and text that asks the model to tell the user.
+//! 3. A person looks at it with [`IdemTools::pending`].
+//! 4. The person decides with [`IdemTools::approve`] or [`IdemTools::deny`].
+//! 5. The first call of the intent after an approval runs the tool, once.
+//!    Every later call replays its result.
+//!
+//! The [`approval`] module describes how the records are laid out.
 //!
 //! # Transports and stores
 //!
-//! The wrapper works on the handler, so the transport is whatever rmcp
-//! serves (stdio, Streamable HTTP, any byte stream), and the store is any
-//! idem store, chosen by URL with `idem-stores`. A Streamable HTTP server
-//! running on several machines shares one store (Redis, PostgreSQL), so a
-//! retry that reaches another machine is still a replay.
+//! The wrapper works on the handler.
+//! So the transport is whatever rmcp serves: stdio, Streamable HTTP, any byte stream.
+//! The store is any idem store, chosen by URL with `idem-stores`.
+//! A Streamable HTTP server on several machines shares one store (Redis, PostgreSQL).
+//! A retry that reaches another machine is then still a replay.
 #![forbid(unsafe_code)]
 
 pub mod approval;
