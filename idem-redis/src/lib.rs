@@ -27,11 +27,13 @@
 
 mod connection;
 mod error;
+mod eviction;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod inspect;
 mod ops;
+mod purge;
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
 pub mod raw;
@@ -39,7 +41,9 @@ mod reconnect;
 mod record;
 mod scripts;
 mod store;
+mod tls;
 mod wake;
 
 pub use redis;
 pub use store::{RedisStore, DEFAULT_PREFIX};
+pub use tls::connection_info;
