@@ -27,13 +27,11 @@
 
 mod connection;
 mod error;
-mod eviction;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod inspect;
 mod ops;
-mod purge;
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
 pub mod raw;
