@@ -44,6 +44,7 @@ mod sql_tx;
 #[cfg(feature = "stores")]
 mod stores;
 pub mod storm;
+pub mod tls;
 pub mod upstream;
 pub mod waiting;
 

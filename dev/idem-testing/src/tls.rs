@@ -1,0 +1,262 @@
+//! Servers over TLS that a test starts itself, with certificates it makes:
+//! a CA, a server certificate for `localhost`, a client certificate, and
+//! the bad ones a client must refuse (another CA's, an expired one, one for
+//! another host).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use rcgen::{
+    date_time_ymd, BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+
+/// The files [`Certs::new`] writes, each a PEM file in its directory.
+#[derive(Debug, Clone)]
+pub struct Certs {
+    dir: PathBuf,
+}
+
+/// A certificate a server presents, by what is wrong with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerCert {
+    /// For `localhost`, signed by the CA, valid now.
+    Good,
+    /// For `localhost`, signed by the CA, expired in 2000.
+    Expired,
+    /// Signed by the CA and valid, for `elsewhere.invalid` only.
+    OtherHost,
+}
+
+impl ServerCert {
+    /// The certificate's and key's file names.
+    fn files(self) -> (&'static str, &'static str) {
+        match self {
+            ServerCert::Good => ("server.pem", "server.key"),
+            ServerCert::Expired => ("expired.pem", "expired.key"),
+            ServerCert::OtherHost => ("other-host.pem", "other-host.key"),
+        }
+    }
+}
+
+impl Certs {
+    /// Makes the certificates in `dir`: `ca.pem` (the CA to trust),
+    /// `other-ca.pem` (a CA that signed none of them), the server's (see
+    /// [`ServerCert`]) and `client.pem`/`client.key` (common name
+    /// `postgres`, the user PostgreSQL maps it to).
+    pub fn new(dir: &Path) -> Certs {
+        let ca_key = KeyPair::generate().expect("a CA key");
+        let ca = ca_params("idem test CA");
+        write(
+            dir,
+            "ca.pem",
+            &ca.self_signed(&ca_key).expect("the CA").pem(),
+        );
+        let issuer = Issuer::new(ca, ca_key);
+
+        let other_key = KeyPair::generate().expect("a key");
+        let other = ca_params("another CA");
+        write(
+            dir,
+            "other-ca.pem",
+            &other.self_signed(&other_key).expect("a CA").pem(),
+        );
+
+        let leaf = |name: &str, hosts: &[&str], usage, expired: bool, files: (&str, &str)| {
+            let key = KeyPair::generate().expect("a key");
+            let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
+            let mut params = CertificateParams::new(hosts).expect("names");
+            params.distinguished_name.push(DnType::CommonName, name);
+            params.extended_key_usages = vec![usage];
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            if expired {
+                params.not_before = date_time_ymd(1999, 1, 1);
+                params.not_after = date_time_ymd(2000, 1, 1);
+            }
+            let cert = params.signed_by(&key, &issuer).expect("a certificate");
+            write(dir, files.0, &cert.pem());
+            write(dir, files.1, &key.serialize_pem());
+        };
+        let server = ExtendedKeyUsagePurpose::ServerAuth;
+        for which in [ServerCert::Good, ServerCert::Expired, ServerCert::OtherHost] {
+            let hosts: &[&str] = match which {
+                ServerCert::OtherHost => &["elsewhere.invalid"],
+                _ => &["localhost"],
+            };
+            leaf(
+                "server",
+                hosts,
+                server.clone(),
+                which == ServerCert::Expired,
+                which.files(),
+            );
+        }
+        leaf(
+            "postgres",
+            &[],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            false,
+            ("client.pem", "client.key"),
+        );
+        Certs {
+            dir: dir.to_owned(),
+        }
+    }
+
+    /// The path of one of the files, by name (`ca.pem`, `client.key`, …).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The server certificate's and key's paths.
+    pub fn server(&self, which: ServerCert) -> (PathBuf, PathBuf) {
+        let (cert, key) = which.files();
+        (self.path(cert), self.path(key))
+    }
+
+    /// Gives every file to `uid`:`gid`, readable by that user only (as
+    /// PostgreSQL wants its key).
+    pub fn give_to(&self, uid: u32, gid: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        for entry in std::fs::read_dir(&self.dir).expect("the certificates") {
+            let path = entry.expect("a file").path();
+            if path.extension().is_some_and(|e| e == "pem" || e == "key") {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .expect("chmod");
+            }
+        }
+    }
+}
+
+fn ca_params(name: &str) -> CertificateParams {
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("no names");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+}
+
+fn write(dir: &Path, name: &str, pem: &str) {
+    std::fs::write(dir.join(name), pem).unwrap_or_else(|e| panic!("{name} written: {e}"));
+}
+
+/// A process that goes away when this value is dropped *and* when the
+/// test process exits in any way, even killed: a `sh` watchdog runs it and
+/// kills it when its standard input, held here only, closes. What a test
+/// binary shares in a `static` (never dropped) is started this way.
+#[derive(Debug)]
+pub struct Watched {
+    watchdog: std::process::Child,
+}
+
+// Runs "$@" in the background, waits for EOF on stdin, then kills it and
+// removes $REMOVE (if set).
+const WATCHDOG: &str = r#""$@" </dev/null >/dev/null 2>&1 &
+pid=$!
+cat >/dev/null
+kill $pid 2>/dev/null
+wait
+[ -n "$REMOVE" ] && rm -rf "$REMOVE"
+exit 0"#;
+
+impl Watched {
+    /// Starts `command` (a program and its arguments) under a watchdog
+    /// that, when done, also removes `remove` if given.
+    pub fn start(
+        command: &[std::ffi::OsString],
+        remove: Option<&Path>,
+    ) -> std::io::Result<Watched> {
+        let mut sh = Command::new("sh");
+        sh.arg("-c").arg(WATCHDOG).arg("watched").args(command);
+        if let Some(remove) = remove {
+            sh.env("REMOVE", remove);
+        }
+        let watchdog = sh
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Watched { watchdog })
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        drop(self.watchdog.stdin.take());
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// `redis-server` with TLS only on `port` of loopback (no plain port),
+/// presenting `which` certificate and asking clients for one signed by the
+/// CA (`tls-auth-clients yes`); its files in `dir`, its output discarded.
+/// It goes away with the value returned, or when this process exits.
+pub fn redis_tls_server(
+    dir: &Path,
+    certs: &Certs,
+    which: ServerCert,
+    port: u16,
+) -> std::io::Result<Watched> {
+    let (cert, key) = certs.server(which);
+    let mut child = Command::new("redis-server");
+    child
+        .args(["--port", "0", "--tls-port", &port.to_string()])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--dbfilename", &format!("dump-{port}.rdb")])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--tls-cert-file")
+        .arg(cert)
+        .arg("--tls-key-file")
+        .arg(key)
+        .arg("--tls-ca-cert-file")
+        .arg(certs.path("ca.pem"))
+        .args(["--tls-auth-clients", "yes"]);
+    let command: Vec<std::ffi::OsString> = std::iter::once(child.get_program())
+        .chain(child.get_args())
+        .map(ToOwned::to_owned)
+        .collect();
+    Watched::start(&command, None)
+}
+
+/// Whether a TCP server listens on `port` of loopback yet; polls every
+/// 20 ms for up to `within`.
+pub fn wait_for_port(port: u16, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The `pg_hba.conf` of a server that takes TLS connections only, each
+/// with a client certificate signed by its CA whose common name is the
+/// user (`clientcert=verify-full`); the socket in its directory trusts.
+pub const PG_HBA_TLS_ONLY: &str = "local all all trust\n\
+    hostnossl all all 0.0.0.0/0 reject\n\
+    hostssl all all 127.0.0.1/32 trust clientcert=verify-full\n";
+
+/// The `postgresql.conf` lines that turn TLS on with `certs`, presenting
+/// `which` certificate.
+pub fn pg_ssl_settings(certs: &Certs, which: ServerCert) -> String {
+    let (cert, key) = certs.server(which);
+    format!(
+        "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\nssl_ca_file = '{}'\n",
+        cert.display(),
+        key.display(),
+        certs.path("ca.pem").display()
+    )
+}
