@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::fingerprint::{content_type, is_json, lazy_fingerprint_of, path_and_query};
 use crate::multipart::{self, MultipartError};
+use crate::pattern::{PathPattern, PatternError};
 use crate::transcode::JsonText;
 use crate::{form, lazy_fingerprint, raw_fingerprint};
 
@@ -619,49 +620,21 @@ fn default_fingerprint_of(
         })
 }
 
-/// A path pattern a route policy applies to: `/`-separated segments, where
-/// `{name}` matches any one segment and a last `*` any rest.
-#[derive(Debug, Clone)]
-pub(crate) struct Route {
-    segments: Vec<Segment>,
-    rest: bool,
-}
+/// The pattern of a route policy: a [`PathPattern`], as in `idem-proxy`.
+pub(crate) type Route = PathPattern;
 
-#[derive(Debug, Clone)]
-enum Segment {
-    Exact(String),
-    Any,
-}
-
-impl Route {
-    pub(crate) fn new(pattern: &str) -> Route {
-        let mut segments: Vec<&str> = pattern.trim_start_matches('/').split('/').collect();
-        let rest = segments.last() == Some(&"*");
-        if rest {
-            segments.pop();
-        }
-        let segments = segments
-            .into_iter()
-            .map(|s| match s.starts_with('{') && s.ends_with('}') {
-                true => Segment::Any,
-                false => Segment::Exact(s.to_owned()),
-            })
-            .collect();
-        Route { segments, rest }
+/// Reads a route policy's pattern. A last lone `*` once meant any rest
+/// here and means one segment everywhere now: it is refused, so no route
+/// silently covers fewer paths than it did.
+fn route_pattern(pattern: &str) -> Result<PathPattern, PatternError> {
+    if pattern == "*" || pattern.ends_with("/*") {
+        return Err(PatternError::new(
+            pattern,
+            "a last `*` meant any rest in a route fingerprint policy; \
+             write `**` (or `{*rest}`) for any rest, `{name}` for one segment",
+        ));
     }
-
-    pub(crate) fn matches(&self, path: &str) -> bool {
-        let mut given = path.trim_start_matches('/').split('/');
-        for segment in &self.segments {
-            match (segment, given.next()) {
-                (_, None) => return false,
-                (Segment::Any, Some(_)) => {}
-                (Segment::Exact(want), Some(got)) if want == got => {}
-                _ => return false,
-            }
-        }
-        self.rest || given.next().is_none()
-    }
+    PathPattern::parse(pattern)
 }
 
 impl crate::Options {
@@ -673,17 +646,37 @@ impl crate::Options {
         self
     }
 
-    /// The fingerprint policy of requests whose path matches `pattern`:
-    /// `/`-separated segments, `{name}` for any one segment, a last `*` for
-    /// any rest (`/payments/{id}/capture`, `/uploads/*`). The first pattern
-    /// set that matches decides.
+    /// The fingerprint policy of requests whose path matches `pattern`, a
+    /// [`PathPattern`]: `{id}` (or `*`) for one segment, a last `**` (or
+    /// `{*rest}`) for any rest (`/payments/{id}/capture`, `/uploads/**`).
+    /// The first pattern set that matches decides.
+    ///
+    /// # Panics
+    ///
+    /// If `pattern` is not a [`PathPattern`], or ends in a lone `*`: that
+    /// meant any rest here before, and one segment in every pattern now.
+    /// Check a pattern read from a file with
+    /// [`try_with_route_fingerprint_policy`](Self::try_with_route_fingerprint_policy).
     pub fn with_route_fingerprint_policy(
-        mut self,
+        self,
         pattern: &str,
         policy: FingerprintPolicy,
     ) -> crate::Options {
-        self.routes.push((Route::new(pattern), policy));
-        self
+        match self.try_with_route_fingerprint_policy(pattern, policy) {
+            Ok(options) => options,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// [`with_route_fingerprint_policy`](Self::with_route_fingerprint_policy),
+    /// with an unusable pattern as an error.
+    pub fn try_with_route_fingerprint_policy(
+        mut self,
+        pattern: &str,
+        policy: FingerprintPolicy,
+    ) -> Result<crate::Options, PatternError> {
+        self.routes.push((route_pattern(pattern)?, policy));
+        Ok(self)
     }
 
     /// The policy that covers a request to `uri`.
@@ -925,7 +918,7 @@ mod tests {
                 "/payments/{id}/capture",
                 FingerprintPolicy::new().ignore_query(),
             )
-            .with_route_fingerprint_policy("/uploads/*", FingerprintPolicy::new().exclude(["/x"]));
+            .with_route_fingerprint_policy("/uploads/**", FingerprintPolicy::new().exclude(["/x"]));
         let scheme = |path: &str| options.fingerprint_policy(&path.parse().unwrap()).scheme();
         assert_eq!(
             scheme("/payments/7/capture"),
@@ -942,6 +935,23 @@ mod tests {
             FingerprintPolicy::new().exclude(["/x"]).scheme()
         );
         assert_eq!(scheme("/other"), None);
+    }
+
+    #[test]
+    fn a_last_lone_star_is_refused_not_read_anew() {
+        // Pins the grammar change: `/uploads/*` covered `/uploads/a/b` here.
+        for pattern in ["/uploads/*", "*", "/a/{id}/*"] {
+            let options = Options::new(idem_core::MemoryStore::new());
+            let error = options
+                .try_with_route_fingerprint_policy(pattern, FingerprintPolicy::new())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("write `**`"), "{error}");
+        }
+        let options = Options::new(idem_core::MemoryStore::new());
+        assert!(options
+            .try_with_route_fingerprint_policy("uploads/{id}", FingerprintPolicy::new())
+            .is_err());
     }
 
     #[test]

@@ -15,94 +15,11 @@ use crate::upstream::Forward;
 /// under this name is removed first, so the upstream can trust it.
 pub const SCOPE_HEADER: HeaderName = HeaderName::from_static("idempotency-scope");
 
-/// A path pattern: `/payments` matches that path alone, `*` matches one
-/// segment (`/accounts/*/charges`), and a final `**` matches any rest,
-/// none included (`/payments/**` matches `/payments` and
-/// `/payments/7/refunds`). The query is never part of the match.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathPattern {
-    segments: Vec<Segment>,
-    rest: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Segment {
-    Exact(String),
-    Any,
-}
-
-/// A path pattern that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("path pattern `{pattern}`: {reason}")]
-pub struct PatternError {
-    pattern: String,
-    reason: &'static str,
-}
-
-impl PathPattern {
-    /// Every path: `/**`.
-    pub fn any() -> PathPattern {
-        PathPattern {
-            segments: Vec::new(),
-            rest: true,
-        }
-    }
-
-    /// Parses a pattern; it starts with `/`, and `**` may only end it.
-    pub fn parse(pattern: &str) -> Result<PathPattern, PatternError> {
-        let error = |reason| PatternError {
-            pattern: pattern.to_owned(),
-            reason,
-        };
-        let Some(path) = pattern.strip_prefix('/') else {
-            return Err(error("it must start with `/`"));
-        };
-        let mut parts: Vec<&str> = if path.is_empty() {
-            Vec::new()
-        } else {
-            path.split('/').collect()
-        };
-        let rest = parts.last() == Some(&"**");
-        if rest {
-            parts.pop();
-        }
-        let mut segments = Vec::with_capacity(parts.len());
-        for part in parts {
-            segments.push(match part {
-                "*" => Segment::Any,
-                "**" => return Err(error("`**` may only be the last segment")),
-                _ if part.contains('*') => {
-                    return Err(error("`*` must be a whole segment"));
-                }
-                _ => Segment::Exact(part.to_owned()),
-            });
-        }
-        Ok(PathPattern { segments, rest })
-    }
-
-    /// Whether `path` (without its query) matches.
-    pub fn matches(&self, path: &str) -> bool {
-        let path = path.strip_prefix('/').unwrap_or(path);
-        let mut parts = if path.is_empty() {
-            Vec::new()
-        } else {
-            path.split('/').collect::<Vec<_>>()
-        };
-        if self.rest && parts.last() == Some(&"") {
-            parts.pop();
-        }
-        if parts.len() < self.segments.len() || (!self.rest && parts.len() > self.segments.len()) {
-            return false;
-        }
-        self.segments
-            .iter()
-            .zip(&parts)
-            .all(|(segment, part)| match segment {
-                Segment::Any => !part.is_empty(),
-                Segment::Exact(exact) => exact == part,
-            })
-    }
-}
+/// The paths a route covers: idem-http's [`PathPattern`], the grammar
+/// route fingerprint policies use too. `/payments` matches that path
+/// alone, `*` (or `{id}`) one segment, a last `**` (or `{*rest}`) any rest,
+/// none included. The query is never part of the match.
+pub use idem_http::{PathPattern, PatternError};
 
 /// Where a protected request's scope (its tenant) comes from. Keys of
 /// different scopes never meet: the same key under two scopes is two
@@ -246,23 +163,78 @@ impl Ready {
 mod tests {
     use super::*;
 
+    /// One pattern string means the same thing to the proxy's routes and
+    /// to idem-http's route fingerprint policies: each pattern below is
+    /// checked against every path through both, and against what it says.
     #[test]
-    fn patterns_match_whole_segments() {
-        let p = |s| PathPattern::parse(s).unwrap();
-        assert!(p("/payments").matches("/payments"));
-        assert!(!p("/payments").matches("/payments/1"));
-        assert!(!p("/payments").matches("/payment"));
-        assert!(p("/accounts/*/charges").matches("/accounts/7/charges"));
-        assert!(!p("/accounts/*/charges").matches("/accounts//charges"));
-        assert!(p("/payments/**").matches("/payments"));
-        assert!(p("/payments/**").matches("/payments/"));
-        assert!(p("/payments/**").matches("/payments/7/refunds"));
-        assert!(!p("/payments/**").matches("/paymentsx"));
-        assert!(p("/**").matches("/"));
-        assert!(PathPattern::any().matches("/anything/at/all"));
-        assert!(PathPattern::parse("payments").is_err());
-        assert!(PathPattern::parse("/a/**/b").is_err());
-        assert!(PathPattern::parse("/a*").is_err());
+    fn one_pattern_means_the_same_to_routes_and_fingerprint_policies() {
+        use idem_core::MemoryStore;
+        use idem_http::FingerprintPolicy;
+
+        const PATHS: [&str; 12] = [
+            "/",
+            "/payments",
+            "/payments/",
+            "/payments/7",
+            "/payments/7/refunds",
+            "/paymentsx",
+            "/accounts/7/charges",
+            "/accounts//charges",
+            "/accounts/charges",
+            "/a/x/b",
+            "/a/x/b/c/d",
+            "/a/",
+        ];
+        // Each pattern and the paths it matches, in the order of PATHS.
+        let table = [
+            ("/", "x..........."),
+            ("/payments", ".x.........."),
+            ("/payments/", "..x........."),
+            ("/payments/**", ".xxxx......."),
+            ("/payments/{*rest}", ".xxxx......."),
+            ("/payments/*/refunds", "....x......."),
+            ("/payments/{id}/refunds", "....x......."),
+            ("/accounts/*/charges", "......x....."),
+            ("/accounts/{id}/charges", "......x....."),
+            ("/a/*/b/**", ".........xx."),
+            ("/a/{x}/b/{*rest}", ".........xx."),
+            ("/**", "xxxxxxxxxxxx"),
+            ("/{*rest}", "xxxxxxxxxxxx"),
+        ];
+        let policy = FingerprintPolicy::new().ignore_query();
+        for (pattern, expected) in table {
+            let route = Route::new(Options::new(MemoryStore::new()))
+                .with_paths([PathPattern::parse(pattern).unwrap()]);
+            let options = Options::new(MemoryStore::new())
+                .try_with_route_fingerprint_policy(pattern, policy.clone())
+                .unwrap();
+            for (path, want) in PATHS.iter().zip(expected.chars()) {
+                let by_route = route.covers(&Method::POST, path);
+                let uri: http::Uri = path.parse().unwrap();
+                let by_policy = options.fingerprint_policy(&uri).scheme() == policy.scheme();
+                assert_eq!(by_route, want == 'x', "route {pattern} on {path}");
+                assert_eq!(by_policy, want == 'x', "policy {pattern} on {path}");
+            }
+        }
+        // A last lone `*` is one segment to both, so a policy refuses it:
+        // it meant any rest there before.
+        let route = Route::new(Options::new(MemoryStore::new()))
+            .with_paths([PathPattern::parse("/payments/*").unwrap()]);
+        assert!(route.covers(&Method::POST, "/payments/7"));
+        assert!(!route.covers(&Method::POST, "/payments/7/refunds"));
+        assert!(Options::new(MemoryStore::new())
+            .try_with_route_fingerprint_policy("/payments/*", policy.clone())
+            .is_err());
+        // Patterns neither accepts.
+        for pattern in ["payments", "/a/**/b", "/a*", "/a/{id}.json", "/a/{}"] {
+            assert!(PathPattern::parse(pattern).is_err(), "{pattern}");
+            assert!(
+                Options::new(MemoryStore::new())
+                    .try_with_route_fingerprint_policy(pattern, policy.clone())
+                    .is_err(),
+                "{pattern}"
+            );
+        }
     }
 
     #[test]
