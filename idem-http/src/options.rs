@@ -303,8 +303,9 @@ macro_rules! option_setters {
         }
 
         /// What the fingerprint of requests whose path matches `pattern`
-        /// covers: `{name}` matches any one segment, a last `*` any rest;
-        /// the first pattern set that matches decides.
+        /// covers: `{id}` matches any one segment, a last `**` any rest;
+        /// the first pattern set that matches decides. See
+        /// `idem_http::PathPattern`; panics on a pattern that is not one.
         pub fn with_route_fingerprint_policy(
             self,
             pattern: &str,
