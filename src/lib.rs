@@ -1,8 +1,10 @@
-//! Make any side effect safe to retry: run work once per idempotency key and
-//! replay its recorded outcome to every retry.
+//! Make any side effect safe to retry.
+//! Work runs once per idempotency key, and every retry gets its recorded outcome back.
 //!
-//! This is the front door: [`idem-core`](idem_core)'s API at the root, and
-//! each store and adapter behind a feature of the same name.
+//! This is the front door.
+//! [`idem-core`](idem_core)'s API is at the root.
+//! Each store and adapter is behind a feature of the same name.
+//! The package is `idempotency`; the library is `idem`.
 //!
 //! ```toml
 //! idempotency = { version = "0.1", features = ["redis", "tower"] } # imported as `idem`
@@ -45,8 +47,9 @@
 //! | `mcp` | `idem::mcp` | MCP tool calls an agent can retry, with an approval gate |
 //! | `proxy` | `idem::proxy` | the reverse proxy, as a library |
 //!
-//! Each module is the crate of the same name (`idem::redis` is
-//! `idem-redis`); depending on those crates directly works as well.
+//! Each module is the crate of the same name: `idem::redis` is `idem-redis`.
+//! Depending on those crates directly works as well.
+//! The guide (`docs/` in the repository) has a chapter per capability.
 #![forbid(unsafe_code)]
 
 pub use idem_core::*;
