@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use crate::stored::{self, Stored, Unreplayable};
 use crate::stream::{Frames, Recording};
-use crate::{client_key, Options, Problem, TraceParent};
+use crate::{client_key, Caller, Options, Problem, TraceParent};
 
 /// The error a response body fails with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -83,8 +83,9 @@ pub enum Collected<B> {
 }
 
 /// What an exchange reads from a request besides its key and fingerprint:
-/// the wait it asks for and the trace it was sent from. An adapter gets it
-/// from the request's headers with [`Options::request_context`].
+/// the wait it asks for, the trace it was sent from and who sent it. An
+/// adapter gets it from the request's headers with
+/// [`Options::request_context`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestContext {
@@ -96,10 +97,14 @@ pub struct RequestContext {
     /// that replays link back to it (see the crate docs, "Trace
     /// continuity").
     pub traceparent: Option<TraceParent>,
+    /// Who sent the request: a handle with no scope is scoped by this
+    /// caller ([`Caller::scope`]); `None` leaves it as it is (keys shared
+    /// across callers).
+    pub caller: Option<Caller>,
 }
 
 impl RequestContext {
-    /// No wait, no trace parent.
+    /// No wait, no trace parent, no caller.
     pub fn new() -> RequestContext {
         RequestContext::default()
     }
@@ -113,6 +118,12 @@ impl RequestContext {
     /// Sets the trace parent.
     pub fn with_traceparent(mut self, traceparent: Option<TraceParent>) -> RequestContext {
         self.traceparent = traceparent;
+        self
+    }
+
+    /// Sets the caller.
+    pub fn with_caller(mut self, caller: Option<Caller>) -> RequestContext {
+        self.caller = caller;
         self
     }
 }
@@ -172,6 +183,12 @@ impl Options {
     /// `handler` once with the lease renewed, and records its response or
     /// releases the key; or answers with the recorded response or a problem.
     ///
+    /// It sees no headers, so it knows no caller: the key is checked in
+    /// `idem`'s scope as given. An adapter calls
+    /// [`exchange_with`](Options::exchange_with) with the request's
+    /// [`request_context`](Options::request_context), which scopes a key
+    /// by its caller.
+    ///
     /// Run it in a task of its own, or hand what is left of it to one when
     /// the request's future is dropped (what idem-tower does): a client
     /// that disconnects must not cancel the claim, the handler or the
@@ -224,6 +241,10 @@ impl Options {
     /// ([`request_context`](Options::request_context)): the wait, and the
     /// trace parent that a recorded response keeps and its replays link to.
     ///
+    /// A handle with no scope is scoped by the context's caller
+    /// ([`Caller::scope`]), so two callers never share a record; a handle
+    /// with a scope (the application's tenant or principal) keeps it.
+    ///
     /// The exchange runs in a span `idem.http`, the parent of the core's
     /// `idem.begin` and of the handler's spans. On a replay of a response
     /// recorded with a trace parent, that span gets the field
@@ -256,8 +277,18 @@ impl Options {
             true => tracing::Span::none(),
             false => span,
         };
+        // Boxed: the exchange's future holds it, and a handle is large
+        // beside a pointer.
+        let (scoped, unscoped) = match context.caller {
+            Some(caller) if idem.scope().is_empty() => (
+                Some(Box::new(idem.scoped(caller.scope()))),
+                self.check_unscoped.then_some(idem),
+            ),
+            _ => (None, None),
+        };
+        let idem = scoped.as_deref().unwrap_or(idem);
         let reply = self
-            .exchange_key(idem, key, fingerprint, context, handler)
+            .exchange_key(idem, key, fingerprint, context, unscoped, handler)
             .instrument(span)
             .await;
         crate::metrics::count(&self.response_keys, idem, &reply);
@@ -265,13 +296,14 @@ impl Options {
     }
 
     /// What the exchange reads from a request's headers: the wait it asks
-    /// for ([`wait_for`](Options::wait_for)) and its trace parent
+    /// for ([`wait_for`](Options::wait_for)), its trace parent
     /// ([`TraceParent::from_headers`]; one that does not parse is left
-    /// out, never refused).
+    /// out, never refused) and its caller ([`caller`](Options::caller)).
     pub fn request_context(&self, headers: &HeaderMap) -> RequestContext {
         RequestContext::new()
             .with_wait(self.wait_for(headers))
             .with_traceparent(TraceParent::from_headers(headers))
+            .with_caller(self.caller(headers))
     }
 
     async fn exchange_key<H, Fut, B, E>(
@@ -280,6 +312,7 @@ impl Options {
         key: &str,
         fingerprint: impl Into<MatchingFingerprints>,
         context: RequestContext,
+        unscoped: Option<&Idempotent>,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -289,6 +322,9 @@ impl Options {
     {
         let wait = context.wait;
         let fingerprints = fingerprint.into();
+        // A request checked in its caller's scope looks in no scope too
+        // before it runs, for a record its caller cannot be told from.
+        let unscoped = unscoped.map(|unscoped| (unscoped, fingerprints.clone()));
         // Only a request that may wait claims twice and needs them again.
         let (first, again) = match wait {
             Some(_) => (fingerprints.clone(), Some(fingerprints)),
@@ -318,7 +354,9 @@ impl Options {
             (begun, _, _) => (begun, false),
         };
         let traceparent = context.traceparent.or_else(crate::otel::current);
-        let reply = self.answer(idem, key, begun, traceparent, handler).await;
+        let reply = self
+            .answer(idem, key, begun, traceparent, unscoped, handler)
+            .await;
         if !waited {
             return reply;
         }
@@ -345,6 +383,7 @@ impl Options {
         key: &str,
         begun: Result<Begin, Error>,
         traceparent: Option<TraceParent>,
+        unscoped: Option<(&Idempotent, MatchingFingerprints)>,
         handler: H,
     ) -> Result<Reply<B>, E>
     where
@@ -356,7 +395,28 @@ impl Options {
             // The run (the handler's future, its recording) is boxed: a
             // replay, the common retry, then neither builds nor moves its
             // state, which is most of the exchange's size.
-            Ok(Begin::Run(lease)) => return Box::pin(self.run(lease, traceparent, handler)).await,
+            Ok(Begin::Run(lease)) => {
+                if let Some((unscoped, fingerprints)) = unscoped {
+                    let found = self.unscoped_problem(unscoped, key, &fingerprints).await;
+                    let problem = match found {
+                        Ok(None) => None,
+                        Ok(Some(problem)) => Some(problem),
+                        Err(error) if self.fail_open => {
+                            tracing::warn!(key, %error, "idempotency store failed looking for an unscoped record; running the request (fail open)");
+                            None
+                        }
+                        Err(error) => {
+                            tracing::error!(key, %error, "idempotency store failed looking for an unscoped record; answering 503");
+                            Some(Problem::StoreUnavailable)
+                        }
+                    };
+                    if let Some(problem) = problem {
+                        self.release(&lease).await;
+                        return Ok(Reply::Whole(problem.into_response()));
+                    }
+                }
+                return Box::pin(self.run(lease, traceparent, handler)).await;
+            }
             Ok(Begin::Replay(replay)) => match stored::decode_shared(replay.into_payload()) {
                 Ok(Stored::Response {
                     status,

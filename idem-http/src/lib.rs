@@ -166,6 +166,33 @@
 //! assert_eq!(admitted, Admission::Protect("7f3a".into()));
 //! ```
 //!
+//! # Whose key it is
+//!
+//! Two callers never share a record by default. A key is checked in its
+//! caller's scope: the `Authorization` header's values, hashed
+//! ([`Caller`]; the credential itself is never stored). Keys are chosen by
+//! clients and often guessable (`order-1`), so a shared key would hand one
+//! caller another's response. The rules:
+//!
+//! * Requests without `Authorization` share one anonymous scope, apart
+//!   from every authenticated caller: neither replays the other's record.
+//! * An application that knows its principal names the scope: an
+//!   [`Idempotent`](idem_core::Idempotent) with a scope, or an adapter's
+//!   scope extractor. Do so when callers authenticate by cookie, or when a
+//!   client's token may change between its retries (a new token is a new
+//!   caller).
+//! * [`Options::shared_across_callers`] is the opt-out: one scope for all.
+//! * Records made before callers were told apart are in no scope. Their
+//!   caller is unknown, so a request that may retry one (same key and
+//!   fingerprint) gets 409 `not-replayable`, or `in-progress` while it
+//!   runs: never another caller's response, never a second run. This
+//!   costs one store read per first execution, until
+//!   [`Options::check_unscoped_records`] turns it off. Under the opt-out
+//!   those records replay as before.
+//!
+//! The caller is read by [`Options::request_context`] and applied by
+//! [`Options::exchange_with`], so every adapter gets the same scopes.
+//!
 //! # Trace continuity
 //!
 //! A replay is the second half of a story whose first half is in another trace.
@@ -269,6 +296,7 @@ mod prefer;
 mod problem;
 pub mod ratelimit;
 mod read;
+mod scope;
 pub mod stored;
 mod stream;
 mod traceparent;
@@ -289,6 +317,7 @@ pub use policy::{FingerprintPolicy, BODY_SCHEME};
 pub use prefer::{preferred_wait, PREFER, PREFERENCE_APPLIED};
 pub use problem::Problem;
 pub use read::{read_body, ReadBodyError};
+pub use scope::{unscoped_record, Caller, UnscopedRecord};
 pub use stored::REPLAYED;
 pub use stream::{Frames, Recording};
 pub use traceparent::{TraceParent, TRACEPARENT};

@@ -10,6 +10,7 @@ use idem_core::Idempotent;
 use crate::keysource::KeySource;
 use crate::metrics::ResponseKeys;
 use crate::policy::{FingerprintPolicy, Route};
+use crate::scope::DefaultScope;
 
 /// The default limit on request and recorded response bodies: 1 MiB.
 const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -26,9 +27,9 @@ const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// The settings of the protocol, shared by every adapter: which requests are
-/// protected, the limits, and what a store failure does. An adapter adds
-/// only what is framework-typed (the scope extractor) and forwards its
-/// `with_*` methods here.
+/// protected, whose keys they are, the limits, and what a store failure
+/// does. An adapter adds only what is framework-typed (the scope
+/// extractor) and forwards its `with_*` methods here.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub(crate) idem: Idempotent,
@@ -46,6 +47,8 @@ pub struct Options {
     pub(crate) policy: FingerprintPolicy,
     pub(crate) routes: Vec<(Route, FingerprintPolicy)>,
     pub(crate) response_keys: Arc<ResponseKeys>,
+    pub(crate) default_scope: DefaultScope,
+    pub(crate) check_unscoped: bool,
 }
 
 impl Options {
@@ -56,7 +59,9 @@ impl Options {
     }
 
     /// Protects requests with an [`Idempotent`] whose lease, retention,
-    /// namespace and scope are already set.
+    /// namespace and scope are already set. A handle with a scope keeps
+    /// it for every request; one without is scoped by each request's
+    /// caller (see [`Caller`](crate::Caller)).
     pub fn from_idempotent(idem: Idempotent) -> Options {
         Options {
             response_keys: ResponseKeys::new(&idem),
@@ -74,6 +79,8 @@ impl Options {
             body_key: None,
             policy: FingerprintPolicy::default(),
             routes: Vec::new(),
+            default_scope: DefaultScope::Caller,
+            check_unscoped: true,
         }
     }
 
@@ -273,6 +280,22 @@ macro_rules! option_setters {
         /// Either way the failure is logged.
         pub fn fail_open(self, open: bool) -> Self {
             self.map_options(|o| o.fail_open(open))
+        }
+
+        /// Lets every caller share a key: a request with a key and body
+        /// another caller used gets that caller's recorded response. By
+        /// default a key is scoped by its caller's `Authorization` header,
+        /// hashed, unless a scope is set; see `idem_http::Caller`.
+        pub fn shared_across_callers(self) -> Self {
+            self.map_options(|o| o.shared_across_callers())
+        }
+
+        /// Whether a request scoped by its caller is refused (409) when the
+        /// same key and request have a live record in no scope, made
+        /// before callers were told apart (`true`, the default). It costs
+        /// one store read on each first execution.
+        pub fn check_unscoped_records(self, check: bool) -> Self {
+            self.map_options(|o| o.check_unscoped_records(check))
         }
 
         /// The longest one store call may take before it counts as a store

@@ -47,7 +47,9 @@ struct Api {
 impl Api {
     fn new() -> Api {
         Api {
-            options: Options::new(MemoryStore::new()),
+            // One scope for all: the records are read and written here
+            // through the options' own handle, as an earlier build did.
+            options: Options::new(MemoryStore::new()).shared_across_callers(),
             runs: AtomicUsize::new(0),
         }
     }
