@@ -14,6 +14,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use idem_core::store::{NewRecord, State, Token};
@@ -236,6 +237,15 @@ impl SqliteStore {
     /// refuses `COMMIT`, `ROLLBACK` and `RELEASE` inside it with an
     /// authorization error); savepoints of its own are fine.
     ///
+    /// A transaction that does not commit gives the key back before the
+    /// error returns, whatever ended it: SQLite undoing it (a trigger's
+    /// `RAISE(ROLLBACK)`, an `OR ROLLBACK` conflict, a full disk), a failed
+    /// statement of the settle, or a failed commit. Nothing of the work
+    /// landed then, so a retry runs at once instead of waiting for the
+    /// lease to lapse. The release is fenced on the token and the in-flight
+    /// state, so it never undoes an outcome that did commit. Only a work
+    /// that chose [`Settle::Abandon`] or panicked keeps the key claimed.
+    ///
     /// `work` runs on the writer thread and every other caller of the store
     /// waits while it runs: keep it to a few statements, with no network
     /// calls and no sleeping.
@@ -244,6 +254,16 @@ impl SqliteStore {
         lease: &Lease,
         work: impl FnOnce(&Connection) -> Settle + Send + 'static,
     ) -> Result<(), Error> {
+        // Set while the work runs and kept when it abandons: a panic leaves
+        // it set, so a key whose work may have half happened stays claimed.
+        let held = Arc::new(AtomicBool::new(false));
+        let holds = Arc::clone(&held);
+        let work = move |conn: &Connection| {
+            holds.store(true, Ordering::Relaxed);
+            let settle = work(conn);
+            holds.store(settle == Settle::Abandon, Ordering::Relaxed);
+            settle
+        };
         let op = Op::Work(TxWork {
             key: lease.key().as_str().to_owned(),
             token: lease.token(),
@@ -261,10 +281,17 @@ impl SqliteStore {
                 source: unexpected(other),
                 when: When::AfterWork,
             }),
-            Err(source) => Err(Error::Store {
-                source,
-                when: When::AfterWork,
-            }),
+            Err(source) => {
+                // The writer answers an error only for a job whose
+                // transaction it rolled back or failed to commit.
+                if !held.load(Ordering::Relaxed) {
+                    let _ = lease.release().await;
+                }
+                Err(Error::Store {
+                    source,
+                    when: When::AfterWork,
+                })
+            }
         }
     }
 
@@ -425,23 +452,11 @@ impl SqliteStore {
             (Ok(()), Some(Produced::Work(error))) => Err(Error::Work(error)),
             (Ok(()), Some(Produced::Encode(error))) => Err(Error::Encode(error)),
             (_, Some(Produced::Panic(panic))) => panic::resume_unwind(panic),
-            (Err(Error::LeaseLost), Some(Produced::Work(error))) => Err(Error::Work(error)),
-            (Err(_), Some(Produced::Work(error))) => {
-                // A remembered failure that did not commit: nothing of the
-                // attempt landed, so the key goes back; the work's own
-                // error is what the caller must see.
-                let _ = lease.release().await;
-                Err(Error::Work(error))
-            }
-            (Err(error), _) => {
-                // The transaction did not commit (or the lease was lost):
-                // nothing of the work landed. The release is fenced on the
-                // in-flight state, so it cannot undo a settled outcome.
-                if !matches!(error, Error::LeaseLost) {
-                    let _ = lease.release().await;
-                }
-                Err(error.into_work_error())
-            }
+            // The transaction did not commit (settle_in_tx gave the key
+            // back) or the lease was lost: nothing of the attempt landed,
+            // and the work's own error is what the caller must see.
+            (Err(_), Some(Produced::Work(error))) => Err(Error::Work(error)),
+            (Err(error), _) => Err(error.into_work_error()),
             (Ok(()), None) => Err(Error::Store {
                 source: unexpected(Done::Changed(true)),
                 when: When::AfterWork,

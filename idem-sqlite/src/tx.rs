@@ -208,15 +208,39 @@ impl SqliteTx {
         }
     }
 
-    /// Runs one of the store's operations inside the transaction.
+    /// Runs one of the store's operations inside the transaction. `Err`
+    /// means the transaction had ended; so does an answer after which
+    /// SQLite left no transaction open (it undid it): either way
+    /// [`has_ended`](SqliteTx::has_ended) says so afterwards.
     async fn op(&mut self, op: Op) -> Result<Result<Done, OpError>, ()> {
         let (reply, answer) = oneshot::channel();
         let call: Call = Box::new(move |conn| {
-            let _ = reply.send(op.run(conn));
+            let _ = reply.send((op.run(conn), conn.is_autocommit()));
             true
         });
-        self.send(Step::Call(call))?;
-        answer.await.map_err(drop)
+        if self.send(Step::Call(call)).is_err() {
+            self.steps = None;
+            return Err(());
+        }
+        match answer.await {
+            Ok((done, undone)) => {
+                if undone {
+                    self.steps = None;
+                }
+                Ok(done)
+            }
+            Err(_) => {
+                self.steps = None;
+                Err(())
+            }
+        }
+    }
+
+    /// Whether the transaction is known to have ended without a commit: a
+    /// `SqliteTx` that commits is consumed, so one that ended while still
+    /// held was rolled back (a panic) or undone by SQLite.
+    fn has_ended(&self) -> bool {
+        self.steps.is_none()
     }
 }
 
@@ -273,9 +297,15 @@ impl SqliteStore {
     ///
     /// End the transaction through the [`Uncommitted`] this returns,
     /// `done.commit(tx.commit())` or `done.rollback(tx.rollback())`; a
-    /// rollback, or dropping both, gives the key back (the release waits
-    /// for the transaction to end). On an error the lease is dropped and
-    /// the key stays claimed until it lapses.
+    /// rollback, a failed commit, or dropping both gives the key back (the
+    /// release waits for the transaction to end).
+    ///
+    /// On an error while the transaction is still open, the lease is
+    /// dropped and the key stays claimed until it lapses: writes the caller
+    /// commits regardless would run twice if a retry could run at once. A
+    /// transaction that has already ended cannot commit (SQLite undid it,
+    /// say after a trigger's `RAISE(ROLLBACK)`), so the key is then given
+    /// back before the error returns, and a retry runs at once.
     ///
     /// ```
     /// use std::convert::Infallible;
@@ -316,9 +346,8 @@ impl SqliteStore {
         lease: Lease,
         payload: &[u8],
     ) -> Result<Uncommitted, Error> {
-        self.settle_in(tx, &lease, State::Completed, payload)
-            .await?;
-        Ok(Uncommitted::new(lease))
+        self.settle_uncommitted(tx, lease, State::Completed, payload)
+            .await
     }
 
     /// Like [`complete_in`](SqliteStore::complete_in), but records the
@@ -329,8 +358,31 @@ impl SqliteStore {
         lease: Lease,
         payload: &[u8],
     ) -> Result<Uncommitted, Error> {
-        self.settle_in(tx, &lease, State::Failed, payload).await?;
-        Ok(Uncommitted::new(lease))
+        self.settle_uncommitted(tx, lease, State::Failed, payload)
+            .await
+    }
+
+    /// `complete_in` and `fail_in`: the settle, and on an error in a
+    /// transaction that has ended, the key given back.
+    async fn settle_uncommitted(
+        &self,
+        tx: &mut SqliteTx,
+        lease: Lease,
+        state: State,
+        payload: &[u8],
+    ) -> Result<Uncommitted, Error> {
+        match self.settle_in(tx, &lease, state, payload).await {
+            Ok(()) => Ok(Uncommitted::new(lease)),
+            Err(error) => {
+                // Nothing of an ended transaction can land, the outcome
+                // included; a lost lease is the taker-over's. The release
+                // is fenced on the token and the in-flight state.
+                if tx.has_ended() && !matches!(error, Error::LeaseLost) {
+                    let _ = lease.release().await;
+                }
+                Err(error)
+            }
+        }
     }
 
     async fn settle_in(

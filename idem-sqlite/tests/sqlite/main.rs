@@ -1,6 +1,7 @@
 //! SqliteStore against real files: its contract, the files it refuses, busy
 //! and killed processes, and group commit under concurrency.
 
+mod aborted;
 mod batching;
 mod contract;
 mod crash;
