@@ -170,7 +170,7 @@ impl PgCluster {
 }
 
 /// The directory of the server's programs, or why there is none.
-fn bin_dir() -> Result<PathBuf, String> {
+pub(crate) fn bin_dir() -> Result<PathBuf, String> {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map_err(|e| format!("no PostgreSQL programs in /usr/lib/postgresql: {e}"))?
         .filter_map(|entry| Some(entry.ok()?.path().join("bin")))
@@ -184,7 +184,7 @@ fn bin_dir() -> Result<PathBuf, String> {
 
 /// Who runs the servers: the `postgres` user's ids when the caller is
 /// root, or nobody else.
-fn server_user() -> Option<(u32, u32)> {
+pub(crate) fn server_user() -> Option<(u32, u32)> {
     let me = std::fs::read_to_string("/proc/self/status").ok()?;
     let root = me
         .lines()

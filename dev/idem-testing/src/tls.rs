@@ -174,7 +174,21 @@ impl Watched {
         command: &[std::ffi::OsString],
         remove: Option<&Path>,
     ) -> std::io::Result<Watched> {
+        Watched::start_as(command, remove, None)
+    }
+
+    /// As [`Watched::start`], the watchdog and the command run as `user`
+    /// (uid, gid) if given.
+    pub fn start_as(
+        command: &[std::ffi::OsString],
+        remove: Option<&Path>,
+        user: Option<(u32, u32)>,
+    ) -> std::io::Result<Watched> {
         let mut sh = Command::new("sh");
+        if let Some((uid, gid)) = user {
+            use std::os::unix::process::CommandExt;
+            sh.uid(uid).gid(gid);
+        }
         sh.arg("-c").arg(WATCHDOG).arg("watched").args(command);
         if let Some(remove) = remove {
             sh.env("REMOVE", remove);
@@ -259,4 +273,44 @@ pub fn pg_ssl_settings(certs: &Certs, which: ServerCert) -> String {
         key.display(),
         certs.path("ca.pem").display()
     )
+}
+
+/// A PostgreSQL with TLS only: a data directory `data` in `cluster`
+/// ([`PG_HBA_TLS_ONLY`], presenting `which` certificate of `certs`, which
+/// this gives to the server's user), on `port` of loopback. It goes away
+/// with the value returned or when this process exits, and takes the
+/// cluster's directory with it when `remove` is set.
+pub fn pg_tls_server(
+    cluster: &crate::postgres::PgCluster,
+    certs: &Certs,
+    which: ServerCert,
+    data: &str,
+    port: u16,
+    remove: bool,
+) -> Result<Watched, String> {
+    let user = crate::postgres::server_user();
+    if let Some((uid, gid)) = user {
+        certs.give_to(uid, gid);
+    }
+    cluster.init_primary(data, &pg_ssl_settings(certs, which));
+    std::fs::write(cluster.path(data).join("pg_hba.conf"), PG_HBA_TLS_ONLY)
+        .map_err(|e| format!("pg_hba.conf: {e}"))?;
+    let bin = crate::postgres::bin_dir()?;
+    let command = [
+        bin.join("postgres").into_os_string(),
+        "-D".into(),
+        cluster.path(data).into_os_string(),
+        "-c".into(),
+        format!("port={port}").into(),
+    ];
+    let root = cluster.path("");
+    let remove = remove.then_some(root.as_path());
+    let server = Watched::start_as(&command, remove, user).map_err(|e| format!("postgres: {e}"))?;
+    if !wait_for_port(port, std::time::Duration::from_secs(30)) {
+        return Err(format!(
+            "postgres never listened on {port}: {}",
+            cluster.log(data)
+        ));
+    }
+    Ok(server)
 }
