@@ -1,6 +1,14 @@
 //! `application/x-www-form-urlencoded` bodies in canonical form: what a
 //! form means, whatever order its distinct fields were sent in and however
 //! its bytes were escaped.
+//!
+//! The fields are read by `form_urlencoded`, the WHATWG parser servo and
+//! `url` use. Its last step decodes each name and value as UTF-8, lossily:
+//! `%FF` and `%FE` both become U+FFFD. Fingerprints have always told such
+//! bytes apart, so a body where that step changes something is read by
+//! [`fields_as_sent`] instead: the same steps but that one, the escapes
+//! decoded by servo's `percent-encoding`. The fuzz target `form_body`
+//! checks that the two agree wherever the library's reading is exact.
 
 use idem_core::Fingerprint;
 
@@ -25,8 +33,34 @@ use idem_core::Fingerprint;
 /// assert_ne!(a, form::canonical_fields(b"amount=1250&currency=EUR&tag=b&tag=a"));
 /// ```
 pub fn canonical_fields(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = body
-        .split(|&byte| byte == b'&')
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = form_urlencoded::parse(body)
+        .map(|(name, value)| {
+            (
+                name.into_owned().into_bytes(),
+                value.into_owned().into_bytes(),
+            )
+        })
+        .collect();
+    // U+FFFD where the body had other bytes: read it again, exactly.
+    if fields.iter().any(|(n, v)| replaced(n) || replaced(v)) {
+        fields = fields_as_sent(body);
+    }
+    // A stable sort keeps the order of one name's values.
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    fields
+}
+
+/// The fields of a form body in the order sent, each name and value
+/// decoded to bytes as [`canonical_fields`] describes, never lossily.
+///
+/// ```
+/// use idem_http::form;
+///
+/// let fields = form::fields_as_sent(b"b=%ff&a=x+y");
+/// assert_eq!(fields, [(b"b".to_vec(), vec![0xff]), (b"a".to_vec(), b"x y".to_vec())]);
+/// ```
+pub fn fields_as_sent(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    body.split(|&byte| byte == b'&')
         .filter(|sequence| !sequence.is_empty())
         .map(|sequence| {
             let (name, value) = match sequence.iter().position(|&byte| byte == b'=') {
@@ -35,10 +69,7 @@ pub fn canonical_fields(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
             };
             (decode(name), decode(value))
         })
-        .collect();
-    // A stable sort keeps the order of one name's values.
-    fields.sort_by(|a, b| a.0.cmp(&b.0));
-    fields
+        .collect()
 }
 
 /// The digest of a form's [`canonical_fields`]: each name and value,
@@ -51,34 +82,21 @@ pub(crate) fn digest<'a>(fields: impl IntoIterator<Item = &'a (Vec<u8>, Vec<u8>)
     )
 }
 
-/// Percent-decodes one name or value, `+` as a space.
+/// Percent-decodes one name or value, `+` as a space first (so `%2B` is
+/// a plus), as the standard's parser does.
 fn decode(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        match text[i] {
-            b'+' => out.push(b' '),
-            b'%' => match (text.get(i + 1).and_then(hex), text.get(i + 2).and_then(hex)) {
-                (Some(high), Some(low)) => {
-                    out.push(high << 4 | low);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            byte => out.push(byte),
-        }
-        i += 1;
-    }
-    out
+    let spaced: Vec<u8> = text
+        .iter()
+        .map(|&byte| if byte == b'+' { b' ' } else { byte })
+        .collect();
+    percent_encoding::percent_decode(&spaced).collect()
 }
 
-fn hex(byte: &u8) -> Option<u8> {
-    match byte {
-        b'0'..=b'9' => Some(byte - b'0'),
-        b'a'..=b'f' => Some(byte - b'a' + 10),
-        b'A'..=b'F' => Some(byte - b'A' + 10),
-        _ => None,
-    }
+/// Whether a decoded name or value holds U+FFFD, which the library's
+/// lossy step may have put there.
+fn replaced(text: &[u8]) -> bool {
+    text.windows(3)
+        .any(|window| window == "\u{FFFD}".as_bytes())
 }
 
 #[cfg(test)]
@@ -112,6 +130,14 @@ mod tests {
         );
         assert!(canonical_fields(b"").is_empty());
         assert_eq!(canonical_fields(b"a=%ff"), [(b"a".to_vec(), vec![0xff])]);
+        assert_ne!(canonical_fields(b"a=%ff"), canonical_fields(b"a=%fe"));
+        assert_eq!(
+            canonical_fields(b"b=%ef%bf%bd&a=%ff"),
+            [
+                (b"a".to_vec(), vec![0xff]),
+                (b"b".to_vec(), "\u{FFFD}".into())
+            ]
+        );
     }
 
     #[test]
