@@ -93,8 +93,11 @@ impl IdempotencyMiddleware {
     idem_http::option_setters!();
 
     /// Gives each tenant or principal its own keys: `f` reads the scope from
-    /// the request; `None` means the shared scope `""`. A scope over 255
-    /// bytes or with a control character is refused with 400.
+    /// the request. `None` or `""` leaves the request to the default: its
+    /// caller's `Authorization` header, hashed ([`idem_http::Caller`]), or
+    /// one scope for all with
+    /// [`shared_across_callers`](Self::shared_across_callers). A scope over
+    /// 255 bytes or with a control character is refused with 400.
     pub fn with_scope<F>(mut self, f: F) -> Self
     where
         F: Fn(&ServiceRequest) -> Option<String> + Send + Sync + 'static,
@@ -198,10 +201,10 @@ where
             }
         },
     };
-    let idem = match &config.scope {
-        Some(extract) => options
-            .idempotent()
-            .scoped(extract(&request).unwrap_or_default()),
+    // Without the application's scope the exchange scopes the key by the
+    // request's caller.
+    let idem = match config.scope.as_ref().and_then(|extract| extract(&request)) {
+        Some(scope) => options.idempotent().scoped(scope),
         None => options.idempotent().clone(),
     };
     let fingerprint = options.fingerprint(&method, &uri, &headers, &body);

@@ -55,8 +55,22 @@ type ScopeFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// (`"order-7f3a"`, with `\"` and `\\` escapes) or a bare value
 /// (`order-7f3a`); both name the same key. A bare value may not hold `"`,
 /// `,` or `;`. The key is 1–255 visible ASCII characters
-/// ([`idem_core::Key::validate_client_key`]). The scope extractor
-/// ([`with_scope`](Self::with_scope)) gives each tenant its own keys.
+/// ([`idem_core::Key::validate_client_key`]).
+///
+/// # Whose key it is
+///
+/// Two callers never share a record by default: a key is checked in its
+/// caller's scope, read from the `Authorization` header and hashed
+/// ([`idem_http::Caller`]). Requests without the header share one
+/// anonymous scope, apart from every authenticated caller. The scope
+/// extractor ([`with_scope`](Self::with_scope)) names the tenant or
+/// principal instead; set it when callers authenticate by cookie, or when
+/// a client's token changes between its retries.
+/// [`shared_across_callers`](Self::shared_across_callers) lets every
+/// caller share keys. Records made before callers were told apart are in
+/// no scope: a request that may retry one is refused with 409
+/// `not-replayable`, never run again nor answered with another caller's
+/// response ([`check_unscoped_records`](Self::check_unscoped_records)).
 ///
 /// # What is recorded
 ///
@@ -192,7 +206,10 @@ impl IdempotencyLayer {
 
     /// Gives each tenant or principal its own keys: `f` reads the scope from
     /// the request (say, an authenticated user id placed in the extensions
-    /// by an outer layer); `None` means the shared scope `""`. A scope over
+    /// by an outer layer). `None` or `""` leaves the request to the
+    /// default: its caller's `Authorization` header, hashed
+    /// ([`idem_http::Caller`]), or one scope for all with
+    /// [`shared_across_callers`](Self::shared_across_callers). A scope over
     /// 255 bytes or with a control character is refused with 400.
     pub fn with_scope<F>(mut self, f: F) -> Self
     where

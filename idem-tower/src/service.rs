@@ -128,17 +128,16 @@ where
             }
         },
     };
-    // A scoped handle of its own only where a scope is read; otherwise the
-    // options' handle serves as it is.
+    // A scoped handle of its own only where the application names a scope;
+    // otherwise the options' handle serves as it is, and the exchange
+    // scopes it by the request's caller.
     // Boxed: the exchange's future, which holds it, is moved into a box of
     // its own, and a handle is large beside a pointer.
-    let scoped = config.scope.as_ref().map(|extract| {
-        Box::new(
-            options
-                .idempotent()
-                .scoped(extract(&parts).unwrap_or_default()),
-        )
-    });
+    let scoped = config
+        .scope
+        .as_ref()
+        .and_then(|extract| extract(&parts))
+        .map(|scope| Box::new(options.idempotent().scoped(scope)));
     let fingerprint = options.fingerprint(&parts.method, &parts.uri, &parts.headers, &body);
     let context = options.request_context(&parts.headers);
     // From the claim on, nothing may be cancelled: a client that hangs up

@@ -34,7 +34,9 @@ async fn the_first_requests_traceparent_is_recorded_and_a_retrys_is_not() {
         let response = service.clone().oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::CREATED);
     }
-    let key = idem.key("trace-1").unwrap();
+    // Sent without `Authorization`: recorded in the anonymous caller's scope.
+    let anonymous = idem.scoped(idem_http::Caller::Anonymous.scope());
+    let key = anonymous.key("trace-1").unwrap();
     let record = idem.store().load(key.as_str()).await.unwrap().unwrap();
     let Stored::Response { traceparent, .. } = stored::decode(&record.payload).unwrap() else {
         panic!("a response was recorded");
