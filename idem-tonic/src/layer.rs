@@ -140,6 +140,8 @@ pub(crate) struct Config {
     pub(crate) fail_open: bool,
     pub(crate) max_wait: Duration,
     pub(crate) scope: Option<Arc<ScopeFn>>,
+    pub(crate) shared: bool,
+    pub(crate) check_unscoped: bool,
 }
 
 impl fmt::Debug for Config {
@@ -157,6 +159,8 @@ impl fmt::Debug for Config {
             .field("store_timeout", &self.store_timeout)
             .field("fail_open", &self.fail_open)
             .field("max_wait", &self.max_wait)
+            .field("shared", &self.shared)
+            .field("check_unscoped", &self.check_unscoped)
             .finish_non_exhaustive()
     }
 }
@@ -193,6 +197,8 @@ impl IdempotencyLayer {
                 fail_open: false,
                 max_wait: idem_http::DEFAULT_MAX_WAIT,
                 scope: None,
+                shared: false,
+                check_unscoped: true,
             }),
         }
     }
@@ -285,12 +291,34 @@ impl IdempotencyLayer {
 
     /// Gives each tenant or principal its own keys: `f` reads the scope from
     /// the request (say, an authenticated user id an outer layer placed in
-    /// the extensions); `None` means the shared scope `""`.
+    /// the extensions). `None` or `""` leaves the call to the default: its
+    /// caller's `authorization` metadata, hashed ([`idem_http::Caller`]),
+    /// or one scope for all with
+    /// [`shared_across_callers`](Self::shared_across_callers).
     pub fn with_scope<F>(self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
         self.map(|config| config.scope = Some(Arc::new(f)))
+    }
+
+    /// Lets every caller share a key: a call with a key and message
+    /// another caller used gets that caller's recorded answer. By default
+    /// a key is scoped by its caller's `authorization` metadata, hashed,
+    /// unless a scope is set. Records made before callers were told apart
+    /// replay under this setting, and only under it.
+    pub fn shared_across_callers(self) -> Self {
+        self.map(|config| config.shared = true)
+    }
+
+    /// Whether a call scoped by its caller is refused when the same key and
+    /// message have a live record in no scope, made before callers were
+    /// told apart: `ALREADY_EXISTS` once it ran, `ABORTED` while it runs
+    /// (`true`, the default). Its caller is unknown, so it is neither
+    /// replayed nor run again. It costs one store read on each first
+    /// execution; turn it off once no such record can be live.
+    pub fn check_unscoped_records(self, check: bool) -> Self {
+        self.map(|config| config.check_unscoped = check)
     }
 }
 

@@ -24,6 +24,15 @@
 //! client side, [`RetryLayer`] over a tonic `Channel` gives each call one
 //! key and retries it only where that is safe.
 //!
+//! Two callers never share a record by default. The layer has its own
+//! exchange, not `idem-http`'s, so it applies `idem-http`'s rule itself,
+//! with the same [`idem_http::Caller`]: a key is scoped by the caller's
+//! `authorization` metadata, hashed, unless
+//! [`with_scope`](IdempotencyLayer::with_scope) names the tenant.
+//! [`shared_across_callers`](IdempotencyLayer::shared_across_callers) is
+//! the opt-out. A call that may retry a record made before callers were
+//! told apart gets `ALREADY_EXISTS`, never another caller's answer.
+//!
 //! [`IdempotencyLayer`] documents every status the layer answers with,
 //! what it records and its fingerprint; [`stored`] the record format.
 //!

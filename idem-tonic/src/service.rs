@@ -176,9 +176,17 @@ where
     if let Err(error) = Key::validate_client_key(&key) {
         return Ok(invalid_key(&error.to_string()));
     }
-    let idem = match &config.scope {
-        Some(extract) => config.idem.scoped(extract(&parts).unwrap_or_default()),
-        None => config.idem.clone(),
+    // The application's scope, else the handle's own, else the caller's
+    // (the `authorization` metadata, hashed), as idem-http decides it.
+    let named = config.scope.as_ref().and_then(|extract| extract(&parts));
+    let (idem, unscoped) = match named.filter(|scope| !scope.is_empty()) {
+        Some(scope) => (config.idem.scoped(scope), None),
+        None if config.shared || !config.idem.scope().is_empty() => (config.idem.clone(), None),
+        None => {
+            let caller = idem_http::Caller::of(&parts.headers);
+            let unscoped = config.check_unscoped.then(|| config.idem.clone());
+            (config.idem.scoped(caller.scope()), unscoped)
+        }
     };
     let fingerprint = protocol::fingerprint(
         parts.uri.path(),
@@ -200,6 +208,7 @@ where
             let exchange = Exchange {
                 config: &config,
                 idem: &idem,
+                unscoped: unscoped.as_ref(),
                 key: &key,
             };
             exchange.run(fingerprint, wait, inner, request).await
@@ -247,6 +256,10 @@ where
 struct Exchange<'a> {
     config: &'a Config,
     idem: &'a Idempotent,
+    /// The handle with no scope, when the call is checked in its caller's
+    /// scope and records made before callers were told apart are looked
+    /// for.
+    unscoped: Option<&'a Idempotent>,
     key: &'a str,
 }
 
@@ -279,7 +292,13 @@ impl Exchange<'_> {
             waited = true;
         }
         let mut response = match begun {
-            Ok(Begin::Run(lease)) => self.execute(lease, inner, request).await?,
+            Ok(Begin::Run(lease)) => match self.unscoped_answer(fingerprint).await {
+                Some(refused) => {
+                    self.release(&lease).await;
+                    refused
+                }
+                None => self.execute(lease, inner, request).await?,
+            },
             Ok(Begin::Replay(replay)) => self.replay(replay.into_payload()),
             Err(Error::Store { source, .. }) if self.config.fail_open => {
                 tracing::warn!(key = self.key, error = %source,
@@ -296,6 +315,40 @@ impl Exchange<'_> {
             );
         }
         Ok(response)
+    }
+
+    /// For a call about to run in its caller's scope: the answer when its
+    /// key has a record in no scope that this call may retry (see
+    /// [`idem_http::unscoped_record`]), or `None` to run it.
+    async fn unscoped_answer<B: Default>(
+        &self,
+        fingerprint: idem_core::Fingerprint,
+    ) -> Option<Response<B>> {
+        let unscoped = self.unscoped?;
+        let fingerprints = idem_core::fingerprint::MatchingFingerprints::new(fingerprint);
+        let found = async {
+            idem_http::unscoped_record(unscoped, self.key, &fingerprints)
+                .await
+                .map_err(|source| Error::Store {
+                    source,
+                    when: When::BeforeWork,
+                })
+        };
+        match self.timed(self.config.store_timeout, found).await {
+            Ok(None) => None,
+            Ok(Some(idem_http::UnscopedRecord::InFlight(left))) => Some(in_progress(left)),
+            Ok(Some(_)) => Some(answer(
+                Code::AlreadyExists,
+                "the call with this idempotency key ran before keys were scoped by caller; \
+                 its answer is not replayed, since its caller is unknown",
+            )),
+            Err(error) if self.config.fail_open => {
+                tracing::warn!(key = self.key, %error,
+                    "idempotency store failed looking for an unscoped record; running the call (fail open)");
+                None
+            }
+            Err(error) => Some(self.refuse(error)),
+        }
     }
 
     fn refuse<B: Default>(&self, error: Error) -> Response<B> {

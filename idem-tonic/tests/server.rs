@@ -345,3 +345,72 @@ async fn http_and_grpc_records_share_a_store_without_colliding() {
         assert_eq!(clash.payments.calls(), 0);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_scoped_by_the_callers_authorization_metadata() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = serve(IdempotencyLayer::new(Arc::clone(&store)).unary(CHARGE)).await;
+    let channel = server.channel();
+    let call = |key: &'static str, authorization: Option<&'static str>| {
+        let channel = channel.clone();
+        async move {
+            let mut metadata = vec![("idempotency-key", key)];
+            metadata.extend(authorization.map(|value| ("authorization", value)));
+            let answer = raw(&channel, CHARGE, &metadata, &charge(1250, "")).await;
+            (answer.code(), answer.replayed())
+        }
+    };
+    let (alice, bob) = (Some("Bearer alice"), Some("Bearer bob"));
+    assert_eq!(call("order-1", alice).await, (Code::Ok, false));
+    assert_eq!(call("order-1", alice).await, (Code::Ok, true));
+    assert_eq!(
+        server.payments.charges(),
+        1,
+        "the same caller's retry replays"
+    );
+    assert_eq!(call("order-1", bob).await, (Code::Ok, false));
+    assert_eq!(server.payments.charges(), 2, "another caller runs anew");
+    assert_eq!(call("order-1", None).await, (Code::Ok, false));
+    assert_eq!(call("order-1", None).await, (Code::Ok, true));
+    assert_eq!(
+        server.payments.charges(),
+        3,
+        "anonymous calls have a scope of their own"
+    );
+    assert_eq!(call("order-2", None).await, (Code::Ok, false));
+    assert_eq!(call("order-2", alice).await, (Code::Ok, false));
+    assert_eq!(
+        server.payments.charges(),
+        5,
+        "a caller never replays an anonymous call"
+    );
+
+    // The opt-out shares keys, and so reaches the records made before
+    // callers were told apart; scoped by caller, those are refused.
+    let shared = serve(
+        IdempotencyLayer::new(Arc::clone(&store))
+            .unary(CHARGE)
+            .shared_across_callers(),
+    )
+    .await;
+    let channel = shared.channel();
+    let mut metadata = vec![
+        ("idempotency-key", "order-3"),
+        ("authorization", "Bearer alice"),
+    ];
+    let first = raw(&channel, CHARGE, &metadata, &charge(1250, "")).await;
+    metadata[1].1 = "Bearer bob";
+    let again = raw(&channel, CHARGE, &metadata, &charge(1250, "")).await;
+    assert!(!first.replayed() && again.replayed());
+    assert_eq!(shared.payments.charges(), 1);
+    for caller in [alice, bob, None] {
+        let (code, replayed) = call("order-3", caller).await;
+        assert_eq!(code, Code::AlreadyExists, "{caller:?}");
+        assert!(!replayed);
+    }
+    assert_eq!(
+        server.payments.charges(),
+        5,
+        "an unscoped record's retry never runs"
+    );
+}
