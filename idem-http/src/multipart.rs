@@ -1,6 +1,27 @@
 //! `multipart/form-data` bodies (RFC 7578) in canonical form: the parts by
 //! name, each with its disposition, content type and bytes, whatever
 //! boundary the client picked this time.
+//!
+//! # Why not `multer`
+//!
+//! axum's multipart parser, `multer`, reads the bodies clients write as this
+//! parser does; the fuzz target `multipart_body` checks that. On other bodies
+//! it decides otherwise, and a stored fingerprint would change with it:
+//!
+//! - A repeated `Content-Type` or `Content-Disposition`: refused here, the
+//!   last one kept by multer (its headers are an `http::HeaderMap`).
+//! - A bare LF ends a header line for multer; here it makes the body
+//!   malformed, since a handler may read it otherwise.
+//! - A header line multer cannot parse (a name with a space, a control
+//!   byte, more than 32 lines) refuses the body there; here a header that
+//!   does not count is skipped.
+//! - multer finds `name=` case-sensitively and reads bare and quoted values
+//!   its own way; it keeps no other disposition parameter.
+//! - The first `--boundary` opens the body for multer even inside a preamble
+//!   line; here it opens the body or follows a line break (RFC 2046).
+//!
+//! Each of these is pinned by a test in `idem-fuzz`. Only the framing is
+//! left that multer could do, and it is some forty lines here.
 
 use std::fmt;
 
