@@ -73,7 +73,9 @@ pub struct RouteConfig {
     /// The namespace keys are stored under (default: the core's).
     pub namespace: Option<String>,
     /// The scope: `{ header = "authorization" }` (hashed unless
-    /// `hash = false`) or `{ name = "shop-1" }`.
+    /// `hash = false`) or `{ name = "shop-1" }`. Without one, a key is
+    /// scoped by its caller's `Authorization` header, hashed;
+    /// `{ shared_across_callers = true }` shares keys across callers.
     pub scope: Option<ScopeConfig>,
     /// The largest request body, in bytes (default 1 MiB); larger is 413.
     pub max_request_body: Option<usize>,
@@ -102,6 +104,14 @@ pub struct ScopeConfig {
     pub hash: Option<bool>,
     /// A fixed scope.
     pub name: Option<String>,
+    /// `true`: every caller shares a key, and a request with a key and
+    /// body another caller used gets that caller's response. Only where
+    /// all callers are one party.
+    pub shared_across_callers: Option<bool>,
+    /// `false`: requests scoped by their caller no longer look for a
+    /// record made before callers were told apart (default `true`; see
+    /// `idem_http::Options::check_unscoped_records`).
+    pub check_unscoped_records: Option<bool>,
 }
 
 /// A configuration that cannot be used; the message names the setting.
@@ -275,6 +285,35 @@ fn route(
         route = route.with_paths(paths);
     }
     if let Some(scope) = &config.scope {
+        let default = scope.header.is_none() && scope.name.is_none() && scope.hash.is_none();
+        let caller = match (scope.shared_across_callers, scope.check_unscoped_records) {
+            (Some(true), None) => Some(route.options.clone().shared_across_callers()),
+            (None | Some(false), Some(check)) => {
+                Some(route.options.clone().check_unscoped_records(check))
+            }
+            (None | Some(false), None) => None,
+            (Some(true), Some(_)) => {
+                return Err(invalid(
+                    setting("scope"),
+                    "`check_unscoped_records` is for keys scoped by caller, not shared",
+                ))
+            }
+        };
+        match caller {
+            Some(_) if !default => {
+                return Err(invalid(
+                    setting("scope"),
+                    "`shared_across_callers` and `check_unscoped_records` are for routes without `header` or `name`",
+                ))
+            }
+            Some(options) => {
+                route.options = options;
+                return Ok(route);
+            }
+            // `{ shared_across_callers = false }`: the default, said aloud.
+            None if default => return Ok(route),
+            None => {}
+        }
         route = route.with_scope(match (&scope.header, &scope.name) {
             (Some(header), None) => Scope::Header {
                 name: HeaderName::try_from(header.as_str())
@@ -414,6 +453,30 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_scoped_by_caller_unless_shared_by_name() {
+        let scoped = |text: &str| {
+            let routes = Config::from_toml(text).unwrap().routes(store()).unwrap();
+            let options = &routes[0].options;
+            assert_eq!(routes[0].scope, Scope::Shared, "{text}");
+            !options.is_shared_across_callers()
+        };
+        assert!(scoped("[[route]]"));
+        assert!(scoped(
+            "[[route]]\nscope = { shared_across_callers = false }"
+        ));
+        assert!(scoped(
+            "[[route]]\nscope = { check_unscoped_records = false }"
+        ));
+        assert!(!scoped(
+            "[[route]]\nscope = { shared_across_callers = true }"
+        ));
+        // No file: the one route the command makes from its flags.
+        assert!(!Config::default().routes(store()).unwrap()[0]
+            .options
+            .is_shared_across_callers());
+    }
+
+    #[test]
     fn bad_settings_name_themselves() {
         for (text, setting) in [
             ("[[route]]\nkey = \"maybe\"", "route[0].key"),
@@ -421,6 +484,14 @@ mod tests {
             ("[[route]]\npaths = [\"payments\"]", "route[0].paths"),
             (
                 "[[route]]\nscope = { name = \"a\", header = \"b\" }",
+                "route[0].scope",
+            ),
+            (
+                "[[route]]\nscope = { name = \"a\", shared_across_callers = true }",
+                "route[0].scope",
+            ),
+            (
+                "[[route]]\nscope = { shared_across_callers = true, check_unscoped_records = true }",
                 "route[0].scope",
             ),
         ] {

@@ -74,7 +74,7 @@
 //! header = "Idempotency-Key"
 //! lease = "30s"
 //! retention = "3d"
-//! scope = { header = "authorization" } # hashed; or { header = "x-tenant", hash = false }, or { name = "shop-1" }
+//! scope = { header = "x-tenant", hash = false }   # or { name = "shop-1" }; default: the caller (below)
 //! max_request_body = 1048576           # bytes; larger is 413
 //! max_response_body = 1048576          # bytes; larger is sent once, then 409 not-replayable
 //! record_server_errors = false         # 2xx–4xx recorded; 5xx release the key
@@ -91,11 +91,26 @@
 //!
 //! Requests no route covers are forwarded untouched and never reach the store.
 //!
+//! # Whose key it is
+//!
+//! Two callers never share a record by default, with or without a file.
+//!
+//! * A route without `scope` checks a key in its caller's scope: the `Authorization` header, hashed (`caller:<32 hex>`).
+//! * Requests without `Authorization` share one scope of their own, apart from every authenticated caller.
+//! * `scope = { header = … }` or `{ name = … }` names the tenant instead; a request without that header falls back to its caller.
+//! * `scope = { shared_across_callers = true }` lets every caller share keys, as earlier versions did.
+//!
+//! Records made by an earlier version are in no scope, and their caller is unknown.
+//! A request that may retry one gets 409 `not-replayable`: never another caller's response, never a second run.
+//! That check costs one store read per first execution.
+//! `scope = { check_unscoped_records = false }` turns it off once the retention has passed.
+//!
 //! # What the upstream sees
 //!
 //! A protected request is forwarded with its key header as the client sent it.
 //!
-//! * When the route has a scope, an `Idempotency-Scope` header carries the scope the key was checked in.
+//! * An `Idempotency-Scope` header carries the scope the key was checked in.
+//!   It is absent when keys are shared, or when a route's scope header is missing.
 //!   A client's own header of that name is always removed.
 //! * Hop-by-hop headers are removed both ways; `Host` is kept.
 //!

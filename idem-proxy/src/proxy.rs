@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -18,7 +18,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tower_service::Service;
 
-use crate::route::{Ready, Route, SCOPE_HEADER};
+use crate::route::{Ready, Route, Scope, SCOPE_HEADER};
 use crate::upstream::{BoxError, Forward, UpstreamUrl, DEFAULT_UPSTREAM_TIMEOUT};
 
 /// The body of every response the proxy sends.
@@ -84,6 +84,15 @@ impl Proxy {
         metrics::counter!("idem_proxy_requests_total", "route" => ready.route.name.clone())
             .increment(1);
         ready.mark_scope(request.headers_mut());
+        // A route without a scope checks keys in the caller's scope (the
+        // layer reads it from `Authorization`); the upstream is told which.
+        if ready.route.scope == Scope::Shared && ready.route.options.idempotent().scope().is_empty()
+        {
+            if let Some(caller) = ready.route.options.caller(request.headers()) {
+                let scope = HeaderValue::from_str(&caller.scope()).expect("ASCII");
+                request.headers_mut().insert(SCOPE_HEADER, scope);
+            }
+        }
         let mut service = ready.service.clone();
         match service.call(request).await {
             Ok(response) => response.map(BodyExt::boxed_unsync),

@@ -125,6 +125,44 @@ async fn the_upstream_gets_the_key_and_the_scope_and_never_a_clients_scope() {
 }
 
 #[tokio::test]
+async fn without_a_scope_the_upstream_gets_the_callers() {
+    let Some(upstream) = python() else { return };
+    let client = reqwest::Client::new();
+    for (route, told) in [
+        (route(), true),
+        (
+            Route::new(Options::new(MemoryStore::new()).shared_across_callers()),
+            false,
+        ),
+    ] {
+        let (url, _stop) = serve(builder(&upstream, route)).await;
+        let scope = |authorization: &'static str| {
+            let request = post(&client, &format!("{url}/headers"), "k-1")
+                .header("authorization", authorization)
+                .header("idempotency-scope", "forged");
+            async move {
+                let seen: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
+                seen.as_object()
+                    .unwrap()
+                    .iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-scope"))
+                    .map(|(_, value)| value.as_str().unwrap().to_owned())
+            }
+        };
+        let alice = scope("Bearer alice-secret").await;
+        let bob = scope("Bearer bob-secret").await;
+        if !told {
+            assert_eq!((alice, bob), (None, None), "keys shared: no scope");
+            continue;
+        }
+        let (alice, bob) = (alice.unwrap(), bob.unwrap());
+        assert!(alice.starts_with("caller:") && alice.len() == 39, "{alice}");
+        assert!(!alice.contains("secret"));
+        assert_ne!(alice, bob, "two callers, two scopes");
+    }
+}
+
+#[tokio::test]
 async fn requests_no_route_covers_pass_through_untouched() {
     let Some(upstream) = python() else { return };
     let route = route()
