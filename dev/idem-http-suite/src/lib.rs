@@ -60,7 +60,8 @@ pub fn adapters() -> Vec<Adapter> {
 /// How the scope of a request is found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Every request shares the scope of the options' `Idempotent`.
+    /// No scope set: the options' own, which by default is each
+    /// request's caller (its `Authorization` header, hashed).
     Shared,
     /// The `x-tenant` header names the scope.
     TenantHeader,
