@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the Python package's tests against the extension the workspace's
+# debug build made: no second build. The package is assembled under
+# target/python/site (the pure-Python files and the shared library as
+# `_native.abi3.so`), pytest runs in a virtual environment under
+# target/python/venv, made again only when requirements-test.txt changes.
+# Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=${CARGO_TARGET_DIR:-target}
+library=$target/debug/libidempotence.so
+if [[ ! -f $library ]]; then
+    echo "no $library: build the workspace first (cargo build, or cargo test --no-run)" >&2
+    exit 1
+fi
+site=$target/python/site
+rm -rf "$site"
+mkdir -p "$site/idempotence"
+cp idem-python/python/idempotence/*.py idem-python/python/idempotence/*.pyi \
+    idem-python/python/idempotence/py.typed "$site/idempotence/"
+cp "$library" "$site/idempotence/_native.abi3.so"
+
+venv=$target/python/venv
+requirements=idem-python/requirements-test.txt
+if ! cmp -s "$requirements" "$venv/requirements-test.txt" 2>/dev/null; then
+    python3 -m venv --clear "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$venv/requirements-test.txt"
+fi
+
+# The Rust side of the interop test, as the workspace build made it.
+export IDEM_PYTHON_INTEROP=${IDEM_PYTHON_INTEROP:-$target/debug/examples/interop}
+# pytest exits 5 when it collects no test; `set -e` fails the run then.
+PYTHONPATH=$(cd "$site" && pwd) "$venv/bin/python" -m pytest idem-python/tests \
+    -p no:cacheprovider -ra "$@"
