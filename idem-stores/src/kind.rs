@@ -117,7 +117,8 @@ impl StoreKind {
             StoreKind::Memory => Arc::new(MemoryStore::new()),
             StoreKind::Sqlite => Arc::new(idem_sqlite::SqliteStore::open(location).await?),
             StoreKind::Redis => {
-                let store = idem_redis::RedisStore::connect(location).await?;
+                let info = idem_redis::connection_info(location)?;
+                let store = idem_redis::RedisStore::connect(info).await?;
                 match name {
                     Some(name) => Arc::new(store.with_prefix(format!("{name}:"))),
                     None => Arc::new(store),

@@ -41,8 +41,10 @@
 //! fault tests then know it.
 #![forbid(unsafe_code)]
 
+mod given;
 mod kind;
 mod url;
 
+pub use given::{given_url, GivenUrlError, STORE_ENV};
 pub use kind::{Isolation, StoreKind, UnknownStore};
 pub use url::StoreUrl;
