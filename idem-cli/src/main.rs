@@ -10,7 +10,9 @@
 //! idem --store postgres://localhost/app purge
 //! ```
 //!
-//! The store URL may also come from `IDEM_STORE`. Only `release`, `reset`
+//! The store URL may also come from a file (`--store-file PATH`, its first
+//! line) or the environment (`IDEM_STORE`), which keeps a password out of
+//! the process list. Only `release`, `reset`
 //! and `purge` write, each exactly what it says, and every command prints
 //! what it did. `release` is fenced: it deletes an in-flight record only if
 //! it still holds the token given, the one `inspect` or `list` showed, so a
@@ -71,9 +73,14 @@ use crate::open::{open, Target};
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
 struct Cli {
-    /// The store: `sqlite:PATH`, `redis://HOST[:PORT][/DB]`, `postgres://…`, `mysql://…`
-    #[arg(long, env = "IDEM_STORE", global = true)]
+    /// The store: `sqlite:PATH`, `redis://HOST[:PORT][/DB]`, `postgres://…`,
+    /// `mysql://…`; else `--store-file`, else the environment's `IDEM_STORE`.
+    #[arg(long, global = true)]
     store: Option<String>,
+    /// A file whose first line is the store URL: a password in it stays out
+    /// of the process list.
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "store")]
+    store_file: Option<std::path::PathBuf>,
     /// The SQL table (PostgreSQL, MySQL); default `idem_records`.
     #[arg(long, global = true)]
     table: Option<String>,
@@ -164,10 +171,20 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new("off,idem::audit=info"))
         .with_target(true)
         .init();
-    let Some(url) = cli.store.as_deref() else {
-        eprintln!("idem: no store given: pass --store URL or set IDEM_STORE");
-        return ExitCode::from(2);
+    let url = match idem_stores::given_url(cli.store.as_deref(), cli.store_file.as_deref()) {
+        Ok(Some(url)) => url,
+        Ok(None) => {
+            eprintln!(
+                "idem: no store given: pass --store URL or --store-file PATH, or set IDEM_STORE"
+            );
+            return ExitCode::from(2);
+        }
+        Err(error) => {
+            eprintln!("idem: {error}");
+            return ExitCode::from(2);
+        }
     };
+    let url = url.as_str();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -31,7 +31,10 @@ pub(crate) async fn open(target: &Target<'_>) -> Result<Arc<dyn Inspect>, String
             Ok(Arc::new(store))
         }
         "redis" | "rediss" => {
-            let store = idem_redis::RedisStore::connect(url).await.map_err(failed)?;
+            let info = idem_redis::connection_info(url).map_err(failed)?;
+            let store = idem_redis::RedisStore::connect(info)
+                .await
+                .map_err(failed)?;
             let prefix = target.prefix.unwrap_or(idem_redis::DEFAULT_PREFIX);
             Ok(Arc::new(store.with_prefix(prefix)))
         }
