@@ -8,7 +8,7 @@ use idem_core::store::{ParseError, StoreError};
 use redis::{RedisError, Value};
 
 use crate::connection::is_wrong_type;
-use crate::record::{BACKEND, VERSION, VERSION_SCHEMED};
+use crate::record::{BACKEND, VERSION_EXPIRING, VERSION_SCHEMED};
 
 /// A command's error: a key holding another Redis type is a corrupt record,
 /// anything else a backend failure.
@@ -75,7 +75,8 @@ impl std::error::Error for UnexpectedReply {}
 
 /// The error for a value the scripts refused to touch.
 pub(crate) fn refused(key: &[u8], value: Vec<u8>) -> StoreError {
-    match crate::record::decode(key, value, 1) {
+    let clock = crate::record::Clock { now_ms: 0, pttl: 1 };
+    match crate::record::decode(key, value, clock) {
         Err(error) => error,
         // The scripts and this decoder disagree: still refuse, loudly.
         Ok(_) => StoreError::corrupt(BACKEND, CorruptRecord::new(key, Problem::Refused)),
@@ -126,7 +127,7 @@ impl fmt::Display for CorruptRecord {
             ),
             Problem::Version(v) => write!(
                 f,
-                "has record layout version {v}; this build reads versions {VERSION} and {VERSION_SCHEMED}"
+                "has record layout version {v}; this build reads versions {VERSION_EXPIRING} to {VERSION_SCHEMED}"
             ),
             Problem::Parse(e) => write!(f, "is not a record: {e}"),
             Problem::State(s) => write!(f, "has unknown state byte {s}"),

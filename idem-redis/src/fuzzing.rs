@@ -2,16 +2,14 @@
 
 use idem_core::store::{NewRecord, Record, StoreError};
 
-/// Encodes a record as the store writes it: the value, and the key's
-/// expiry in milliseconds.
-pub fn encode(record: &NewRecord<'_>) -> (Vec<u8>, u64) {
-    let encoded = crate::record::Encoded::new(record);
-    let mut args = redis::ToRedisArgs::to_redis_args(&encoded);
-    (args.swap_remove(0), encoded.retention_ms)
+/// Encodes a record as the server keeps it once a script wrote it at
+/// `now_ms` on the server's clock.
+pub fn encode(record: &NewRecord<'_>, now_ms: u64) -> Vec<u8> {
+    crate::record::Encoded::new(record).stored_at(now_ms)
 }
 
-/// Decodes a value read with its key's `PTTL`, as the store decodes every
-/// value it reads.
-pub fn decode(value: Vec<u8>, pttl: i64) -> Result<Record, StoreError> {
-    crate::record::decode(b"fuzz", value, pttl)
+/// Decodes a value read at `now_ms` on the server's clock with its key's
+/// `PTTL`, as the store decodes every value it reads.
+pub fn decode(value: Vec<u8>, now_ms: i64, pttl: i64) -> Result<Record, StoreError> {
+    crate::record::decode(b"fuzz", value, crate::record::Clock { now_ms, pttl })
 }

@@ -2,7 +2,7 @@
 //! `SCAN` over the store's prefix.
 //!
 //! Each key a scan finds is read with the store's own [`Store::load`]
-//! (one transaction of `GET` and `PTTL`, decoded by `record::decode`), so
+//! (one script, `lua/load.lua`, decoded by `record::decode`), so
 //! listing costs one round trip per key found and `stats` walks every key
 //! under the prefix: run it on a replica or at a quiet moment for large
 //! stores. On Redis Cluster a scan sees one node only.
@@ -69,7 +69,7 @@ impl RedisStore {
 
 /// The prefix as a `SCAN MATCH` pattern: its glob characters escaped,
 /// then `*`.
-fn glob_escape(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn glob_escape(prefix: &[u8]) -> Vec<u8> {
     let mut pattern = Vec::with_capacity(prefix.len() + 8);
     for &b in prefix {
         if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {

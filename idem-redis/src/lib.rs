@@ -1,6 +1,6 @@
-//! A Redis store for idem: one key per record, one round trip per
-//! operation (two for a claim that finds a record in flight), deadlines on
-//! the server's clock, Redis Cluster safe.
+//! A Redis store for idem: one key per record, one Lua script and one
+//! round trip per operation, deadlines on the server's clock, no record a
+//! maxmemory policy evicts silently, Redis Cluster safe.
 //!
 //! ```no_run
 //! use idem_core::Idempotent;
@@ -21,17 +21,31 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Which maxmemory policies are safe
+//!
+//! | `maxmemory-policy` | records | the store |
+//! |---|---|---|
+//! | `noeviction` (Redis's default) | never evicted | serves; a full server refuses writes, each error says whether the work ran |
+//! | `volatile-lru`, `volatile-lfu`, `volatile-random`, `volatile-ttl` | never evicted: they take only keys with an expiry, and records carry none | serves; once nothing with an expiry is left, as `noeviction` |
+//! | `allkeys-lru`, `allkeys-lfu`, `allkeys-random` | evicted like any key: a retry runs its work again | refuses new claims with a `Config` error, unless [`RedisStore::with_record_eviction_allowed`] |
+//!
+//! Records keep their deadlines in their values, so lapsed ones stay until
+//! a purge deletes them: run [`spawn_purger`](idem_core::store::spawn_purger)
+//! or `idem purge`.
+//!
 //! See [`RedisStore`] for the encoding, the scripts' guarantees and
 //! [`RedisStore::connect_cluster`] for Redis Cluster.
 #![forbid(unsafe_code)]
 
 mod connection;
 mod error;
+mod eviction;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod inspect;
 mod ops;
+mod purge;
 #[doc(hidden)]
 #[cfg(feature = "raw-protocol")]
 pub mod raw;

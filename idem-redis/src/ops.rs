@@ -1,17 +1,13 @@
-//! What the `Store` methods of [`RedisStore`] send: the claim command, the
-//! transaction that reads a value with its `PTTL`, and the compare-and-set
-//! script calls, with their replies decoded.
+//! What the `Store` methods of [`RedisStore`] send: the scripts that read
+//! or write one record each, and the `WAIT` that follows a write when the
+//! store waits for replicas.
 //!
-//! `insert` is a bare `SET … NX GET PX` ([`claim_command`]): it inserts,
-//! or returns what it found. A completed or failed record found is
-//! answered from that value alone (its retention left is not read: the
-//! store contract allows a lower bound there, and idem decides nothing on
-//! it). A record found in flight needs its lease left, so the claim is
-//! sent again inside a `MULTI … EXEC` with `PTTL`
-//! ([`RedisStore::read_with_ttl`]), atomic, which also inserts if the key
-//! was freed in between. `load` is the same transaction around `GET`.
-//! `swap`, `take_over` and `remove` are compare-and-sets on the token and
-//! need a script each ([`RedisStore::compare_and_set`]).
+//! `insert` is one script (`lua/claim.lua`): it inserts, or returns what
+//! it found with the server's clock (and, for a record of layouts 1 or 2,
+//! its key's `PTTL`), so a claim that finds a record in flight knows its
+//! lease left in the same round trip. `load` is the same read without the
+//! write. `swap`, `take_over` and `remove` are compare-and-sets on the
+//! token ([`RedisStore::compare_and_set`]).
 
 use redis::{Cmd, Pipeline, RedisResult, Value};
 
@@ -19,24 +15,8 @@ use idem_core::store::{NewRecord, Record, StoreError, Token};
 
 use crate::connection::{command, is_no_script, Script};
 use crate::error::{failed, too_few_replicas, unexpected};
-use crate::record::{self, Encoded};
+use crate::record::{self, Clock, Encoded};
 use crate::RedisStore;
-
-/// The `PTTL` a settled record found by a bare claim is decoded with: its
-/// retention is reported as the least above zero, a lower bound.
-pub(crate) const SETTLED_FOUND_PTTL: i64 = 0;
-
-/// A claim of `key`: `SET key value NX GET PX retention`.
-pub(crate) fn claim_command(key: &[u8], encoded: &Encoded<'_>) -> Cmd {
-    let mut set = command("SET", 6, key.len() + encoded.len() + 16);
-    set.arg(key)
-        .arg(encoded)
-        .arg("NX")
-        .arg("GET")
-        .arg("PX")
-        .arg(encoded.retention_ms);
-    set
-}
 
 impl RedisStore {
     /// `WAIT` for the replicas the store waits for, if it does.
@@ -83,6 +63,19 @@ impl RedisStore {
         }
     }
 
+    /// Runs a script call that writes no record (no `WAIT` after it); a
+    /// server that does not know the script gets it loaded and the call
+    /// sent again.
+    pub(crate) async fn run_script(&self, script: &Script, call: &Cmd) -> RedisResult<Value> {
+        match self.connection.query(call).await {
+            Err(error) if is_no_script(&error) => {
+                self.connection.query(&script.load()).await?;
+                self.connection.query(call).await
+            }
+            reply => reply,
+        }
+    }
+
     /// Whether a write that changed `key` reached the replicas the store
     /// waits for: `acks` is what [`write`](RedisStore::write) returned.
     pub(crate) fn replicated(&self, key: &[u8], acks: Option<i64>) -> Result<(), StoreError> {
@@ -94,81 +87,22 @@ impl RedisStore {
         }
     }
 
-    /// Runs `first` and then `PTTL` on `key` in one transaction and decodes
-    /// what `first` found: `None` when it found no value.
-    pub(crate) async fn read_with_ttl(
-        &self,
-        key: &[u8],
-        first: Cmd,
-    ) -> Result<Option<Record>, StoreError> {
-        self.transaction_with_ttl(key, first, None).await
-    }
-
-    /// [`read_with_ttl`](RedisStore::read_with_ttl) of a command that may
-    /// write: followed by the store's `WAIT` when it waits for replicas,
-    /// and checked with [`replicated`](RedisStore::replicated) when
-    /// `changed` says, from what was found, that the command wrote.
-    pub(crate) async fn write_with_ttl(
-        &self,
-        key: &[u8],
-        first: Cmd,
-        changed: impl Fn(Option<&Record>) -> bool + Sync,
-    ) -> Result<Option<Record>, StoreError> {
-        self.transaction_with_ttl(key, first, Some(&changed)).await
-    }
-
-    async fn transaction_with_ttl(
-        &self,
-        key: &[u8],
-        first: Cmd,
-        changed: Option<&Changed<'_>>,
-    ) -> Result<Option<Record>, StoreError> {
-        let mut pttl = command("PTTL", 1, key.len());
-        pttl.arg(key);
-        let (reply, acks) = match changed.and_then(|_| self.wait_command()) {
-            None => {
-                let mut transaction = Pipeline::with_capacity(2);
-                transaction.atomic().add_command(first).add_command(pttl);
-                let reply = self
-                    .connection
-                    .transaction(&transaction)
-                    .await
-                    .map_err(|e| failed(key, e))?;
-                (reply, None)
-            }
-            Some(wait) => {
-                // `WAIT` does not block inside `MULTI`: the transaction is
-                // spelled out, and the `WAIT` follows its `EXEC` in the
-                // same write on the same connection.
-                let mut pipeline = Pipeline::with_capacity(5);
-                pipeline
-                    .add_command(redis::cmd("MULTI"))
-                    .add_command(first)
-                    .add_command(pttl)
-                    .add_command(redis::cmd("EXEC"))
-                    .add_command(wait);
-                let reply = self
-                    .connection
-                    .transaction(&pipeline)
-                    .await
-                    .map_err(|e| failed(key, e))?;
-                let Value::Array(replies) = reply else {
-                    return Err(unexpected(reply));
-                };
-                match <[Value; 5]>::try_from(replies) {
-                    Ok([_, _, _, exec, acks]) => (
-                        exec.extract_error().map_err(|e| failed(key, e))?,
-                        Some(acks_of(&acks)),
-                    ),
-                    Err(replies) => return Err(unexpected(Value::Array(replies))),
+    /// A script that reads the record under `key` (`claim` or `load`),
+    /// decoded from its reply: `None` when it found none (`claim`: and
+    /// inserted `ARGV[1]`), else the live record it found.
+    pub(crate) fn found(key: &[u8], reply: Value) -> Result<Option<Record>, StoreError> {
+        match reply {
+            Value::Int(0) => Ok(None),
+            Value::Array(parts) => match <[Value; 3]>::try_from(parts) {
+                Ok([Value::BulkString(value), Value::Int(now_ms), Value::Int(pttl)]) => {
+                    record::decode(key, value, Clock { now_ms, pttl }).map(Some)
                 }
-            }
-        };
-        let found = decode_with_ttl(key, reply)?;
-        if changed.is_some_and(|changed| changed(found.as_ref())) {
-            self.replicated(key, acks)?;
+                Ok(parts) => Err(unexpected(Value::Array(parts.into()))),
+                Err(parts) => Err(unexpected(Value::Array(parts))),
+            },
+            Value::BulkString(value) => Err(crate::error::refused(key, value)),
+            other => Err(unexpected(other)),
         }
-        Ok(found)
     }
 
     /// A compare-and-set script on `key`: the new value and its retention
@@ -186,10 +120,10 @@ impl RedisStore {
         let publish_len = publish.map_or(0, <[u8]>::len);
         let mut call = script.call(
             key,
-            encoded.as_ref().map_or(0, Encoded::len) + 40 + publish_len,
+            encoded.as_ref().map_or(0, Encoded::len) + 24 + publish_len,
         );
         if let Some(encoded) = &encoded {
-            call.arg(encoded).arg(encoded.retention_ms);
+            call.arg(encoded);
         }
         call.arg(&expected.as_bytes()[..]);
         if let Some(channel) = publish {
@@ -208,25 +142,6 @@ impl RedisStore {
             Value::BulkString(value) => Err(crate::error::refused(key, value)),
             other => Err(unexpected(other)),
         }
-    }
-}
-
-/// Whether a command wrote, told from what it found.
-type Changed<'a> = dyn Fn(Option<&Record>) -> bool + Sync + 'a;
-
-/// The replies of a `MULTI … EXEC` of a command and `PTTL`, decoded: what
-/// the command found, `None` when it found no value.
-fn decode_with_ttl(key: &[u8], reply: Value) -> Result<Option<Record>, StoreError> {
-    let Value::Array(replies) = reply else {
-        return Err(unexpected(reply));
-    };
-    match <[Value; 2]>::try_from(replies) {
-        Ok([Value::Nil, _]) => Ok(None),
-        Ok([Value::BulkString(value), Value::Int(pttl)]) => {
-            record::decode(key, value, pttl).map(Some)
-        }
-        Ok([first, _]) => Err(unexpected(first)),
-        Err(replies) => Err(unexpected(Value::Array(replies))),
     }
 }
 

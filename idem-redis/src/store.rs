@@ -11,10 +11,10 @@ use redis::{IntoConnectionInfo, Value};
 
 use idem_core::store::{Insert, NewRecord, Record, Reset, State, Store, StoreError, Token};
 
-use crate::connection::{command, Shared};
+use crate::connection::Shared;
 use crate::error::{failed, unexpected};
-use crate::ops::{claim_command, SETTLED_FOUND_PTTL};
-use crate::record::{self, Encoded, BACKEND};
+use crate::eviction::Eviction;
+use crate::record::{Encoded, BACKEND};
 use crate::scripts::SCRIPTS;
 use crate::wake::Subscriber;
 
@@ -25,41 +25,46 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// * **One key per record.** The key is the store's prefix followed by the
 ///   encoded idempotency key; the value is one compact binary string
-///   (version, state, token, fingerprint, the lease deadline while in
-///   flight, the payload). A completed record with a 100-byte outcome takes
-///   48 bytes more than the bare outcome would.
+///   (version, state, token, fingerprint, the retention deadline, the lease
+///   deadline while in flight, the payload). A completed record with a
+///   100-byte outcome takes 48 bytes more than the bare outcome would.
+/// * **No Redis expiry, so no eviction by `volatile-*` policies.** Redis
+///   with `maxmemory` and a `volatile-*` policy evicts only keys that carry
+///   an expiry, and a managed Redis is often set up this way beside a
+///   cache. So a record keeps its deadlines in its value, not as a TTL.
+///   Every script reads a record past its retention as absent, and
+///   [`purge_expired`](idem_core::store::Store::purge_expired) deletes it:
+///   run a purger ([`spawn_purger`](idem_core::store::spawn_purger), or
+///   `idem purge`), or lapsed records stay.
+/// * **An `allkeys-*` policy is refused.** It may evict any record, and a
+///   retry would then run its work again. The store reads the server's
+///   `maxmemory_policy` (`INFO memory`) when it connects and every 30 s on
+///   a claim; on `allkeys-*` it refuses new claims with a
+///   [`Config`](idem_core::store::StoreErrorKind::Config) error that says
+///   what to change. Replays and work already running are still served.
+///   [`with_record_eviction_allowed`](RedisStore::with_record_eviction_allowed)
+///   accepts the risk. Under `noeviction`, and under `volatile-*` once
+///   nothing volatile is left, a full server refuses writes: a claim fails
+///   before the work runs, a completion after it (the error's `When`).
 /// * **One round trip per operation, touching one key**, which is what
-///   makes a Redis Cluster safe: any record may live on any node. The claim
-///   (`insert`) is a bare `SET … NX GET PX`; `load` is a `MULTI … EXEC` of
-///   `GET` and `PTTL`, sent in one write; `swap`, `take_over` and `remove`
-///   are compare-and-sets on the token, and `reset` deletes a settled
-///   record and nothing else, one Lua script each, called by
-///   SHA-1 (`EVALSHA`). A server that lost its script cache (a restart)
-///   gets the script loaded again on first use.
-/// * **A claim that finds a record in flight costs a second round trip.**
-///   It must tell whether the owner's lease has lapsed (then the key is
-///   taken over) and how long it has left (the caller's
-///   `InProgress { retry_after }`, an HTTP `Retry-After`), on the server's
-///   clock, and `SET … NX GET` returns the value alone. So when the value
-///   found is in flight the claim is sent again inside a `MULTI … EXEC`
-///   with the key's `PTTL`: atomic, and if the key was freed in between,
-///   that second claim inserts. A first execution and a replay cost one
-///   round trip for the claim; an in-progress answer costs two, and so
-///   does each look of a waiter that polls.
-/// * **A replay does not read its record's retention left.** A completed
-///   or failed record found by a claim reports the least retention above
-///   zero (1 ms), a lower bound, as the store contract allows for settled
-///   records found by `insert`: nothing is decided on it, and
-///   [`load`](idem_core::store::Store::load) (the `idem` command's `inspect`)
-///   reports it exactly. Reading it would cost every replay a transaction
-///   or a script, which made replays at 32 callers markedly slower than a
-///   bare claim (`dev/idem-bench/notes/2026-12-01-redis-claim.md`).
-/// * **The server's clock.** Retention is the key's own expiry, set from a
-///   duration with `PX`, so Redis forgets outcomes by itself; the lease
-///   deadline is kept as milliseconds before that expiry, so the lease left
-///   is the key's `PTTL` minus it, read on the server in the same step that
-///   acts on it. No deadline is ever computed on a client. Durations are
-///   rounded up to whole milliseconds.
+///   makes a Redis Cluster safe: any record may live on any node. Each
+///   operation is one Lua script, called by SHA-1 (`EVALSHA`): the claim
+///   (`insert`) inserts or returns the record it found; `load` reads;
+///   `swap`, `take_over` and `remove` are compare-and-sets on the token;
+///   `reset` deletes a settled record and nothing else. A server that lost
+///   its script cache (a restart) gets the script loaded again on first
+///   use.
+/// * **The server's clock.** Each script reads the server's `TIME` with
+///   the record. The client sends durations; the script writes deadlines.
+///   A claim that finds a record in flight gets its lease left in the same
+///   round trip, so an in-progress answer costs one round trip, as a first
+///   claim and a replay do. No deadline is ever computed on a client.
+///   Durations are rounded up to whole milliseconds. A script that reads
+///   `TIME` and then writes needs Redis 7 (scripts replicated by effects).
+/// * **Records of earlier builds.** Layouts 1 and 2 kept the retention as
+///   the key's expiry; they are still read (their `PTTL` is their
+///   retention) and replay as before, and Redis expires them. A record
+///   this build writes over one carries no expiry.
 /// * **Safe to resend.** A cluster connection resends a request after a
 ///   timeout; an `insert`, `swap` or `take_over` whose first attempt was
 ///   applied recognises its own record (its token is unique) and still
@@ -69,9 +74,8 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// * **Foreign values are refused.** A value under a record's key that is
 ///   not a record of this layout (another version, truncated, garbage, a
 ///   hash) is reported as [`StoreErrorKind::Corrupt`](idem_core::store::StoreErrorKind)
-///   and left as it is: nothing overwrites or deletes it.
-/// * [`purge_expired`](idem_core::store::Store::purge_expired) always returns
-///   `Ok(0)`: Redis deletes expired keys itself.
+///   and left as it is: nothing overwrites or deletes it, the purge
+///   included.
 ///
 /// * **Waking waiters.** The scripts that record an outcome or release a
 ///   key also `PUBLISH` the key on the store's channel (the prefix followed
@@ -97,7 +101,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   wait for replicas before it counts (`idem-redis/tests/failover.rs`:
 ///   0 second runs and 0 lost outcomes with it, both seen without it).
 ///
-/// Needs Redis 7.0 or newer (`SET` with both `NX` and `GET`).
+/// Needs Redis 7.0 or newer.
 #[derive(Clone)]
 pub struct RedisStore {
     pub(crate) connection: Arc<dyn Shared>,
@@ -110,6 +114,11 @@ pub struct RedisStore {
     subscriber: Arc<Subscriber>,
     /// The replicas every write waits for, if any.
     pub(crate) replica_acks: Option<ReplicaAcks>,
+    /// The maxmemory-policy check, shared by the store's clones.
+    pub(crate) eviction: Arc<Eviction>,
+    /// The cluster connection, when the store is on one: a purge scans
+    /// each of its masters.
+    pub(crate) cluster: Option<redis::cluster_async::ClusterConnection>,
 }
 
 /// What [`RedisStore::with_replica_acks`] set.
@@ -126,6 +135,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &String::from_utf8_lossy(&self.prefix))
             .field("notifications", &self.channel.is_some())
             .field("replica_acks", &self.replica_acks.map(|acks| acks.replicas))
+            .field("record_eviction_allowed", &self.eviction.allowed())
             .finish()
     }
 }
@@ -187,7 +197,13 @@ impl RedisStore {
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
     {
-        RedisStore::on(Arc::new(connection), std::any::type_name::<C>())
+        let cluster = (&connection as &dyn std::any::Any)
+            .downcast_ref::<redis::cluster_async::ClusterConnection>()
+            .cloned();
+        RedisStore {
+            cluster,
+            ..RedisStore::on(Arc::new(connection), std::any::type_name::<C>())
+        }
     }
 
     /// A store on `connection`, with the default options.
@@ -201,6 +217,8 @@ impl RedisStore {
             channel: None,
             subscriber: Arc::default(),
             replica_acks: None,
+            eviction: Arc::new(Eviction::new(false, crate::eviction::DEFAULT_INTERVAL)),
+            cluster: None,
         }
     }
 
@@ -294,6 +312,30 @@ impl RedisStore {
         self
     }
 
+    /// Accepts a server whose maxmemory-policy may evict records
+    /// (`allkeys-lru`, `allkeys-lfu`, `allkeys-random`) when `allowed`.
+    ///
+    /// An evicted record is forgotten: a retry of its key runs the work a
+    /// second time, and nothing reports it. Without this option a store
+    /// that finds such a policy refuses to claim, with a
+    /// [`Config`](idem_core::store::StoreErrorKind::Config) error that
+    /// says what to change; `noeviction` and the `volatile-*` policies
+    /// never evict a record, which carries no expiry. Accept it only for
+    /// a server whose memory never fills, or for work that may run twice.
+    pub fn with_record_eviction_allowed(mut self, allowed: bool) -> RedisStore {
+        self.eviction = Arc::new(Eviction::new(allowed, self.eviction.interval()));
+        self
+    }
+
+    /// How often claims read the server's maxmemory-policy again (default
+    /// 30 s): it can change at run time. The claim that finds a reading
+    /// due makes it, one more round trip (`INFO memory`); the others go by
+    /// the last reading.
+    pub fn with_eviction_check_every(mut self, interval: Duration) -> RedisStore {
+        self.eviction = Arc::new(Eviction::new(self.eviction.allowed(), interval));
+        self
+    }
+
     /// Sets the prefix put before every key (default
     /// [`DEFAULT_PREFIX`], `"idem:"`), to share a server with other data
     /// or to keep applications apart.
@@ -362,6 +404,8 @@ impl RedisStore {
         full
     }
 
+    /// Loads the scripts and reads the server's maxmemory-policy: a
+    /// store refuses to connect to a server that may evict its records.
     async fn load_scripts(self) -> Result<RedisStore, StoreError> {
         for script in SCRIPTS.all() {
             self.connection
@@ -369,6 +413,7 @@ impl RedisStore {
                 .await
                 .map_err(|e| StoreError::backend(BACKEND, e))?;
         }
+        self.eviction.check(&self).await?;
         Ok(self)
     }
     /// `insert`: the claim, and, when the store waits for replicas, their
@@ -379,37 +424,23 @@ impl RedisStore {
         encoded: &Encoded<'_>,
         token: Token,
     ) -> Result<Insert, StoreError> {
+        if let Err(refused) = self.eviction.check(self).await {
+            // No new claim on a server that may evict it; a recorded
+            // outcome still replays, and a claim in flight still answers.
+            return match self.load_key(key).await? {
+                Some(found) if found.token != token => Ok(Insert::Found(found)),
+                _ => Err(refused),
+            };
+        }
+        let script = &SCRIPTS.claim;
+        let mut call = script.call(key, encoded.len() + 8);
+        call.arg(encoded);
         let (reply, acks) = self
-            .write(&claim_command(key, encoded))
+            .write_script(script, &call)
             .await
             .map_err(|e| failed(key, e))?;
-        let found = match reply {
-            Value::Nil => return self.claimed(key, acks, token).await,
-            Value::BulkString(value) => record::decode(key, value, SETTLED_FOUND_PTTL)?,
-            other => return Err(unexpected(other)),
-        };
-        let found = if found.state == State::InFlight && found.token != token {
-            // Its lease left decides between waiting and taking over: claim
-            // again with the key's `PTTL` in one transaction.
-            let claimed = self
-                .write_with_ttl(key, claim_command(key, encoded), |found| {
-                    // Inserted, or settled since: a replay must wait too.
-                    found.is_none_or(|found| found.token == token || found.state != State::InFlight)
-                })
-                .await;
-            match claimed {
-                Ok(None) => return Ok(Insert::Inserted),
-                Ok(Some(found)) => found,
-                Err(error) => return Err(self.unclaim(key, token, error).await),
-            }
-        } else {
-            if found.state != State::InFlight && found.token != token {
-                // A replay of an outcome this connection wrote and the
-                // replicas have not acknowledged would be lost with the
-                // master.
-                self.replicated(key, acks)?;
-            }
-            found
+        let Some(found) = RedisStore::found(key, reply)? else {
+            return self.claimed(key, acks, token).await;
         };
         if found.token == token {
             // Only this call holds its new token: finding it means a resent
@@ -417,7 +448,20 @@ impl RedisStore {
             // its first attempt inserted.
             return self.claimed(key, acks, token).await;
         }
+        if found.state != State::InFlight {
+            // A replay of an outcome this connection wrote and the
+            // replicas have not acknowledged would be lost with the
+            // master.
+            self.replicated(key, acks)?;
+        }
         Ok(Insert::Found(found))
+    }
+
+    /// `load` of a Redis key.
+    async fn load_key(&self, key: &[u8]) -> Result<Option<Record>, StoreError> {
+        let script = &SCRIPTS.load;
+        let reply = self.run_script(script, &script.call(key, 0)).await;
+        RedisStore::found(key, reply.map_err(|e| failed(key, e))?)
     }
 
     /// A claim that inserted, once its replicas acknowledged it.
@@ -478,6 +522,8 @@ impl Store for RedisStore {
         expected: Token,
         record: &NewRecord<'_>,
     ) -> Result<bool, StoreError> {
+        // A takeover is a claim: refused where a claim is.
+        self.eviction.check(self).await?;
         let key = self.redis_key(key);
         self.compare_and_set(&SCRIPTS.take_over, &key, Some(record), expected, None)
             .await
@@ -491,10 +537,7 @@ impl Store for RedisStore {
     }
 
     async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let key = self.redis_key(key);
-        let mut get = command("GET", 1, key.len());
-        get.arg(&key);
-        self.read_with_ttl(&key, get).await
+        self.load_key(&self.redis_key(key)).await
     }
 
     /// One script (`lua/reset.lua`) on the record's one key, so it is one
@@ -521,11 +564,12 @@ impl Store for RedisStore {
         }
     }
 
-    /// Always `Ok(0)`: every record's key carries its retention as a Redis
-    /// expiry, so Redis deletes expired records itself and a scan would
-    /// find nothing to do.
-    async fn purge_expired(&self, _limit: usize) -> Result<usize, StoreError> {
-        Ok(0)
+    /// `SCAN`s the store's prefix (every master of a cluster) and deletes
+    /// each record past its retention with `lua/purge.lua`, which checks
+    /// the deadline on the server's clock in the same step. Records of
+    /// layouts 1 and 2 carry a Redis expiry, and Redis deletes them itself.
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
+        self.purge(limit).await
     }
 
     fn wakeups(&self) -> Option<std::sync::Arc<idem_core::store::Wakeups>> {

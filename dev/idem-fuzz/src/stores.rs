@@ -57,62 +57,67 @@ fn assert_well_formed(record: &Record) {
 
 // ---------------------------------------------------------------- Redis
 
-/// The Redis binary record. Input: the key's `PTTL` (`i64`), then the value.
+/// The Redis binary record. Input: the server's clock in ms (`i64`), the
+/// key's `PTTL` (`i64`), then the value.
 pub fn redis_record(data: &[u8]) {
     let mut input = Reader(data);
-    let Some(pttl) = input.i64() else { return };
+    let (Some(now_ms), Some(pttl)) = (input.i64(), input.i64()) else {
+        return;
+    };
     let value = input.rest();
-    let record = match idem_redis::fuzzing::decode(value.to_vec(), pttl) {
+    let record = match idem_redis::fuzzing::decode(value.to_vec(), now_ms, pttl) {
         Ok(record) => record,
         Err(error) => return assert_corrupt(&error),
     };
     assert_well_formed(&record);
-    // Re-encoded with the durations it was read with, the record is the
-    // value it was read from, except for a lease offset outside the key's
-    // expiry, which reads as a lapsed lease.
-    let retention = u64::try_from(pttl).ok().filter(|&ms| ms >= 1);
-    let Some(retention_ms) = retention.filter(|&ms| ms <= MAX_MS) else {
-        assert_eq!(record.payload, value[value.len() - record.payload.len()..]);
+    assert_eq!(record.payload, value[value.len() - record.payload.len()..]);
+    // A record of the layouts this build writes (3 and 4), live, with its
+    // lease inside its retention: written again at the same server time
+    // with the durations it was read with, it is the value it was read
+    // from.
+    let stamped = matches!(value.first(), Some(3 | 4));
+    let now = u64::try_from(now_ms).ok().filter(|&ms| ms <= MAX_MS);
+    let (Some(now), true) = (now, stamped) else {
         return;
     };
-    let (encoded, expiry) = idem_redis::fuzzing::encode(&NewRecord {
-        token: record.token,
-        fingerprint: record.fingerprint,
-        state: record.state,
-        payload: &record.payload,
-        lease: record.lease_remaining,
-        retention: Duration::from_millis(retention_ms),
-    });
-    assert_eq!(expiry, retention_ms);
-    let head = 18 + record.fingerprint.stored().len();
-    let offset = (record.state == State::InFlight).then(|| {
-        let stored: [u8; 8] = value[head..head + 8].try_into().expect("an in-flight head");
-        u64::from_be_bytes(stored)
-    });
-    match offset {
-        Some(offset) if offset > retention_ms => {
-            assert_eq!(record.lease_remaining, Some(Duration::ZERO));
-            assert_eq!(encoded[..head], value[..head]);
-            assert_eq!(encoded[head + 8..], value[head + 8..]);
-        }
-        _ => assert_eq!(encoded, value, "{record:?}"),
+    let within = record.retention_remaining.as_millis() <= u128::from(MAX_MS)
+        && record
+            .lease_remaining
+            .is_none_or(|lease| !lease.is_zero() && lease <= record.retention_remaining);
+    if record.retention_remaining > Duration::from_millis(1) && within {
+        let encoded = idem_redis::fuzzing::encode(
+            &NewRecord {
+                token: record.token,
+                fingerprint: record.fingerprint,
+                state: record.state,
+                payload: &record.payload,
+                lease: record.lease_remaining,
+                retention: record.retention_remaining,
+            },
+            now,
+        );
+        assert_eq!(encoded, value, "{record:?}");
     }
 }
 
-/// A century, the longest expiry the Redis store writes.
+/// A century, the longest duration the Redis store writes.
 const MAX_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 
-/// Values from the Redis store's encoder, each read back at its expiry and
-/// halfway through it.
+/// Values from the Redis store's encoder written at a server time, each
+/// read back then, halfway to its retention deadline and past it.
 pub(crate) fn redis_seeds() -> Vec<Vec<u8>> {
+    const WRITTEN: i64 = 1_800_000_000_000;
     samples()
         .iter()
         .flat_map(|record| {
-            let (value, expiry) = idem_redis::fuzzing::encode(record);
-            let expiry = i64::try_from(expiry).expect("a century fits");
-            [expiry, expiry / 2, -1].map(|pttl| {
+            let value = idem_redis::fuzzing::encode(record, WRITTEN as u64);
+            let retention = i64::try_from(record.retention.as_millis()).unwrap_or(i64::MAX);
+            [0, retention / 2, retention.saturating_add(1)].map(|after| {
                 let mut input = Writer::default();
-                input.put(&pttl.to_be_bytes()).put(&value);
+                input
+                    .put(&WRITTEN.saturating_add(after).to_be_bytes())
+                    .put(&0_i64.to_be_bytes())
+                    .put(&value);
                 input.0
             })
         })

@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod expiry;
 mod legacy;
 mod records;
 mod server;

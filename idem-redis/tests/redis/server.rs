@@ -142,35 +142,42 @@ async fn each_call_costs_the_round_trips_the_design_promises() {
         );
     }
     // A round trip is one request the server reads: a command, a script
-    // call, or a MULTI … EXEC transaction sent in one write. A claim that
-    // finds a record in flight costs a second one, to read its lease left.
+    // call, or a MULTI … EXEC transaction sent in one write. The claim is
+    // one script that reads the server's clock with the record, so a claim
+    // that finds a record in flight knows its lease left at once.
     assert_eq!(first.reads, 2, "first execution: {first:?}");
     assert_eq!(replay.reads, 1, "replay: {replay:?}");
     assert_eq!(mismatch.reads, 1, "mismatch: {mismatch:?}");
-    assert_eq!(in_progress.reads, 2, "in progress: {in_progress:?}");
-    // The commands, exactly: the claim is one bare SET, the completion one
-    // script (its GET and SET are counted too), and nothing else.
+    assert_eq!(in_progress.reads, 1, "in progress: {in_progress:?}");
+    // The commands, exactly: the claim and the completion are one script
+    // each (what runs inside is counted too), and nothing else. No command
+    // sets an expiry: records are kept until the purge deletes them.
     assert_eq!(
         first.calls,
         calls(&[
+            ("evalsha", 2),
+            ("time", 2),
+            ("get", 2),
             ("set", 2),
-            ("evalsha", 1),
-            ("get", 1),
+            // The deadlines, on the server's clock, written into the
+            // value the script just set.
+            ("setrange", 2),
             // The completion publishes the key to wake waiters, inside
             // the same script.
             ("publish", 1),
         ])
     );
-    for (name, seen) in [("replay", &replay), ("mismatch", &mismatch)] {
-        assert_eq!(seen.calls, calls(&[("set", 1)]), "{name}");
+    for (name, seen) in [
+        ("replay", &replay),
+        ("mismatch", &mismatch),
+        ("in progress", &in_progress),
+    ] {
+        assert_eq!(
+            seen.calls,
+            calls(&[("evalsha", 1), ("time", 1), ("get", 1)]),
+            "{name}"
+        );
     }
-    // In flight: the bare claim, then the claim again with the key's PTTL
-    // in one transaction.
-    assert_eq!(
-        in_progress.calls,
-        calls(&[("set", 2), ("multi", 1), ("pttl", 1), ("exec", 1)]),
-        "in progress"
-    );
 }
 
 #[tokio::test]

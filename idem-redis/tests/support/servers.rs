@@ -61,6 +61,12 @@ impl Servers {
         Servers::start(&server_ports(1, 0), "")
     }
 
+    /// One standalone server on a free port, with `extra` server options
+    /// (`--maxmemory 8mb --maxmemory-policy volatile-lru`).
+    pub(crate) fn standalone_with(extra: &str) -> Result<Servers, String> {
+        Servers::start(&server_ports(1, 0), extra)
+    }
+
     /// One standalone server on `port`, e.g. to restart one that was stopped.
     pub(crate) fn standalone_on(port: u16) -> Result<Servers, String> {
         Servers::start(&[port], "")
