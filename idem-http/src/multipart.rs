@@ -20,8 +20,9 @@
 //! - The first `--boundary` opens the body for multer even inside a preamble
 //!   line; here it opens the body or follows a line break (RFC 2046).
 //!
-//! Each of these is pinned by a test in `idem-fuzz`. Only the framing is
-//! left that multer could do, and it is some forty lines here.
+//! A test in `idem-fuzz` (`multer_reads_these_bodies_apart`) pins a body
+//! of each kind. What multer could still do is the framing: some forty
+//! lines here.
 
 use std::fmt;
 

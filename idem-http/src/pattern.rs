@@ -13,8 +13,8 @@
 //! - It has no way to match one path against one pattern but a router of
 //!   one route each.
 //!
-//! The matcher below is some forty lines; a router per pattern would be
-//! more code and a second meaning for the same string.
+//! The parser and matcher below are some sixty lines; a router per
+//! pattern would be more code and a second meaning for the same string.
 
 use std::fmt;
 use std::str::FromStr;
