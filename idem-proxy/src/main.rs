@@ -23,9 +23,15 @@ struct Args {
     /// The upstream's URL, e.g. http://127.0.0.1:3000.
     #[arg(long)]
     upstream: Option<String>,
-    /// The store's URL (default sqlite://idem-proxy.db).
+    /// The store's URL (default sqlite://idem-proxy.db); else
+    /// `--store-file`, else the environment's `IDEM_STORE`, else the file's
+    /// `store`.
     #[arg(long)]
     store: Option<String>,
+    /// A file whose first line is the store's URL: a password in it stays
+    /// out of the process list.
+    #[arg(long, value_name = "PATH", conflicts_with = "store")]
+    store_file: Option<PathBuf>,
     /// The routes and defaults (TOML); see the crate docs for its format.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -74,7 +80,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     config.listen = args.listen.or(config.listen);
     config.upstream = args.upstream.or(config.upstream);
-    config.store = args.store.or(config.store);
+    config.store =
+        idem_stores::given_url(args.store.as_deref(), args.store_file.as_deref())?.or(config.store);
     config.admin = args.admin.or(config.admin);
     config.lease = args.lease.or(config.lease);
     if args.near_cache {
