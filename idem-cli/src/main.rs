@@ -56,6 +56,8 @@
 //! entry's cap lapses (60 s by default).
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "console")]
+mod console;
 mod open;
 mod show;
 
@@ -126,6 +128,10 @@ enum Command {
     },
     /// Count records by state. Reads only.
     Stats,
+    /// Serve a web page over the store: keys by state, a record's page,
+    /// and release and reset behind a confirmation.
+    #[cfg(feature = "console")]
+    Console(console::ConsoleArgs),
 }
 
 #[derive(Debug, Args)]
@@ -360,6 +366,8 @@ async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
             println!("purged {total} expired record(s); live records untouched");
             Ok(())
         }
+        #[cfg(feature = "console")]
+        Command::Console(args) => console::run(store, open::redact(target.url), args).await,
         Command::Stats => {
             let stats = store.stats().await.map_err(failed)?;
             println!("in flight    {}", stats.in_flight);

@@ -1,0 +1,392 @@
+//! `idem console` run as a process and driven over HTTP on a socket,
+//! against SQLite and PostgreSQL holding records the library wrote: what
+//! it lists, what its mends change (counted in executions), what it hides,
+//! and what it refuses.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use idem_core::store::Store;
+use idem_core::{Begin, Fingerprint, Idempotent};
+use idem_testing::{unique_name, Cleanup, Server, StoreKind};
+use serde_json::json;
+
+const NAMESPACE: &str = "console";
+const TOKEN: &str = "a-console-token-for-tests";
+
+/// A store the library writes and the console reads by URL.
+struct Opened {
+    store: Arc<dyn Store>,
+    args: Vec<String>,
+    _guard: Cleanup,
+}
+
+async fn opened(kind: StoreKind) -> Option<Opened> {
+    let name = unique_name("idem_console");
+    let (url, option, guard) = match kind {
+        StoreKind::Sqlite => {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let path = dir.path().join("idem.db").display().to_string();
+            (path, vec![], Cleanup::holding(dir))
+        }
+        StoreKind::Postgres => {
+            let url = Server::Postgres.require()?;
+            let guard = Cleanup::postgres(&url, format!("DROP TABLE IF EXISTS {name}"));
+            (url, vec!["--table".into(), name.clone()], guard)
+        }
+        other => panic!("not tested here: {other:?}"),
+    };
+    let store = kind
+        .open(&url, Some(&name))
+        .await
+        .unwrap_or_else(|e| panic!("{kind:?} at {url}: {e}"));
+    let url = match kind {
+        StoreKind::Sqlite => format!("sqlite:{url}"),
+        _ => url,
+    };
+    let mut args = vec!["--store".to_owned(), url];
+    args.extend(option);
+    Some(Opened {
+        store,
+        args,
+        _guard: guard,
+    })
+}
+
+/// A running console, stopped when dropped.
+struct Console {
+    child: Child,
+    base: String,
+}
+
+impl Opened {
+    fn idem(&self) -> Idempotent {
+        Idempotent::from_arc(Arc::clone(&self.store)).with_namespace(NAMESPACE)
+    }
+
+    /// Starts `idem console` on a free loopback port with `extra` options.
+    fn console(&self, extra: &[&str]) -> Console {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(&self.args)
+            .args(["console", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("IDEM_STORE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the idem binary runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let Some(base) = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+        else {
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("the console did not start: {line}{err}");
+        };
+        Console {
+            base: base.trim_end_matches('/').to_owned(),
+            child,
+        }
+    }
+}
+
+impl Console {
+    /// Stops the console and returns what it wrote to standard error.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut err = String::new();
+        let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
+        err
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let response = reqwest::Client::new()
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+        let response = reqwest::Client::new()
+            .post(format!("{}{path}", self.base))
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the hidden input `name` on a confirmation page.
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + marker.len();
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+/// The link starting with `prefix` on a page, unescaped.
+fn link(page: &str, prefix: &str) -> String {
+    let marker = format!("href=\"{prefix}");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no link {prefix} in {page}"))
+        + "href=\"".len();
+    page[start..]
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&")
+}
+
+fn record_path(key: &str) -> String {
+    format!("/key?namespace={NAMESPACE}&scope=&key={key}")
+}
+
+/// Runs `key`'s work through the library, counting executions in `runs`.
+async fn execute(idem: &Idempotent, key: &str, runs: &AtomicU32) -> String {
+    idem.execute(key, &json!({"amount": 1250}), || async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, ()>("card-4242-charged".to_owned())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{key}: {e:?}"))
+}
+
+/// An in-flight key is listed with its lease, a release without the CSRF
+/// token or a reason changes nothing, and a release through the page lets
+/// the next call run at once.
+async fn lists_and_releases_a_stuck_lease(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let idem = opened.idem();
+    let fingerprint = Fingerprint::of_json(&json!({"amount": 1250})).unwrap();
+    assert!(matches!(
+        idem.begin("stuck-1", fingerprint).await.unwrap(),
+        Begin::Run(_)
+    ));
+    let console = opened.console(&[]);
+    let (status, keys) = console
+        .get(&format!("/keys?state=in-flight&namespace={NAMESPACE}"))
+        .await;
+    assert_eq!(status, 200, "{keys}");
+    assert!(keys.contains("stuck-1"), "{keys}");
+    assert!(keys.contains("in flight, lease "), "{keys}");
+    let (_, record) = console.get(&record_path("stuck-1")).await;
+    assert!(record.contains("in flight, lease "), "{record}");
+    let (status, confirm) = console.get(&link(&record, "/confirm/release?")).await;
+    assert_eq!(status, 200, "{confirm}");
+    let token = hidden(&confirm, "token");
+    let csrf = hidden(&confirm, "csrf");
+    let wrong = "0".repeat(64);
+    let release = |csrf_field: &'static str, csrf: String, reason: &'static str| {
+        let token = token.clone();
+        let console = &console;
+        async move {
+            let form = [
+                ("namespace", NAMESPACE),
+                ("scope", ""),
+                ("key", "stuck-1"),
+                ("token", token.as_str()),
+                (csrf_field, csrf.as_str()),
+                ("reason", reason),
+            ];
+            console.post("/release", &form).await
+        }
+    };
+    let key = idem.key("stuck-1").unwrap();
+    let (status, page) = release("nocsrf", csrf.clone(), "worker died").await;
+    assert_eq!(status, 403, "without the CSRF token: {page}");
+    let (status, page) = release("csrf", wrong, "worker died").await;
+    assert_eq!(status, 403, "with a wrong CSRF token: {page}");
+    let (status, page) = release("csrf", csrf.clone(), "  ").await;
+    assert_eq!(status, 400, "without a reason: {page}");
+    assert!(opened.store.load(key.as_str()).await.unwrap().is_some());
+    let (status, page) = release("csrf", csrf.clone(), "worker died").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Released"), "{page}");
+    // The next call runs at once, exactly once.
+    let runs = AtomicU32::new(0);
+    for _ in 0..2 {
+        execute(&idem, "stuck-1", &runs).await;
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let audit = console.stop();
+    assert!(
+        audit.contains("idem::audit")
+            && audit.contains("released")
+            && audit.contains("worker died"),
+        "{audit}"
+    );
+}
+
+/// A reset through the page makes the next call run; a key in flight is
+/// refused and kept.
+async fn resets_a_completed_key(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let idem = opened.idem();
+    let runs = AtomicU32::new(0);
+    execute(&idem, "done-1", &runs).await;
+    execute(&idem, "done-1", &runs).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the second call replays");
+    let fingerprint = Fingerprint::of_json(&json!({"amount": 1250})).unwrap();
+    assert!(matches!(
+        idem.begin("held-1", fingerprint).await.unwrap(),
+        Begin::Run(_)
+    ));
+    let console = opened.console(&[]);
+    let (_, record) = console.get(&record_path("done-1")).await;
+    assert!(record.contains("completed"), "{record}");
+    let (status, confirm) = console.get(&link(&record, "/confirm/reset?")).await;
+    assert_eq!(status, 200, "{confirm}");
+    let csrf = hidden(&confirm, "csrf");
+    let form = |key: &'static str| {
+        [
+            ("namespace", NAMESPACE),
+            ("scope", ""),
+            ("key", key),
+            ("reason", "refund reissued"),
+            ("by", "ops"),
+        ]
+    };
+    let (status, page) = console.post("/reset", &form("done-1")).await;
+    assert_eq!(status, 403, "without the CSRF token: {page}");
+    execute(&idem, "done-1", &runs).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a refused reset changes nothing"
+    );
+    let mut with_csrf = form("done-1").to_vec();
+    with_csrf.push(("csrf", &csrf));
+    let (status, page) = console.post("/reset", &with_csrf).await;
+    assert_eq!(status, 200, "{page}");
+    execute(&idem, "done-1", &runs).await;
+    execute(&idem, "done-1", &runs).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the reset key ran once more"
+    );
+    let mut held = form("held-1").to_vec();
+    held.push(("csrf", &csrf));
+    let (status, page) = console.post("/reset", &held).await;
+    assert_eq!(status, 409, "a key in flight is not reset: {page}");
+    let key = idem.key("held-1").unwrap();
+    assert!(opened.store.load(key.as_str()).await.unwrap().is_some());
+    let audit = console.stop();
+    assert!(
+        audit.contains("refund reissued") && audit.contains("ops"),
+        "{audit}"
+    );
+}
+
+/// The outcome is hidden unless the console was started with
+/// `--show-payloads`.
+async fn hides_payloads_unless_asked(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let idem = opened.idem();
+    execute(&idem, "paid-1", &AtomicU32::new(0)).await;
+    let console = opened.console(&[]);
+    let (status, page) = console.get(&record_path("paid-1")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(!page.contains("card-4242"), "{page}");
+    assert!(page.contains("hidden"), "{page}");
+    drop(console);
+    let console = opened.console(&["--show-payloads"]);
+    let (_, page) = console.get(&record_path("paid-1")).await;
+    assert!(page.contains("card-4242-charged"), "{page}");
+}
+
+/// With a token, a request without it (or with another) is refused.
+async fn refuses_requests_without_the_token(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let console = opened.console(&["--token", TOKEN]);
+    let (status, _) = console.get("/keys").await;
+    assert_eq!(status, 401);
+    let client = reqwest::Client::new();
+    for (given, expected) in [(TOKEN, 200), ("a-console-token-for-test", 401)] {
+        let response = client
+            .get(format!("{}/keys", console.base))
+            .bearer_auth(given)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected, "token {given}");
+    }
+    let (status, _) = console.get("/login").await;
+    assert_eq!(status, 200, "the login page is open");
+}
+
+macro_rules! on {
+    ($store:ident, $kind:expr) => {
+        mod $store {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn lists_and_releases_a_stuck_lease() {
+                super::lists_and_releases_a_stuck_lease($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn resets_a_completed_key() {
+                super::resets_a_completed_key($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn hides_payloads_unless_asked() {
+                super::hides_payloads_unless_asked($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn refuses_requests_without_the_token() {
+                super::refuses_requests_without_the_token($kind).await;
+            }
+        }
+    };
+}
+
+on!(sqlite, StoreKind::Sqlite);
+on!(postgres, StoreKind::Postgres);
+
+/// A console that would listen beyond loopback without a token does not
+/// start.
+#[tokio::test]
+async fn refuses_to_listen_beyond_loopback_without_a_token() {
+    let opened = opened(StoreKind::Sqlite).await.unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(&opened.args)
+        .args(["console", "--listen", "0.0.0.0:0"])
+        .env_remove("IDEM_STORE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{err}");
+    assert!(err.contains("without a token"), "{err}");
+}
