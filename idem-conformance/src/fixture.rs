@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -18,10 +19,14 @@ use idem_core::store::{NearCache, Store};
 /// fixtures must never see each other's records.
 pub struct Fixture {
     store: Arc<dyn Store>,
+    stored: Option<Count>,
     // Declared after `store` so the store is dropped first: a guard that
     // removes a file or a table must not pull it from under a live store.
     _guard: Box<dyn Any + Send + Sync>,
 }
+
+/// What [`Fixture::with_stored_count`] keeps: a count, on demand.
+type Count = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = usize> + Send>> + Send + Sync>;
 
 impl Fixture {
     /// A fixture over `store`, keeping `guard` alive until the case ends.
@@ -34,7 +39,57 @@ impl Fixture {
     pub fn from_arc(store: Arc<dyn Store>, guard: impl Send + Sync + 'static) -> Fixture {
         Fixture {
             store,
+            stored: None,
             _guard: Box::new(guard),
+        }
+    }
+
+    /// The same fixture, able to count the records its store holds in the
+    /// backend: `count` reads the backend directly, never through the
+    /// store, and answers how many records are stored under the fixture's
+    /// table, file or key prefix, **whether past retention or not**.
+    ///
+    /// Through the store an expired record looks absent whether it was
+    /// deleted or not, so only this count shows that
+    /// [`purge_expired`](idem_core::store::Store::purge_expired) deletes
+    /// what it must (the case `expiry::purge_expired_leaves_no_expired_record_stored`,
+    /// which fails without it). A record the backend expired by itself (a
+    /// Redis TTL) counts as gone, as the backend reports it. `count`
+    /// panics if the backend cannot answer, as a factory does.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use idem_conformance::Fixture;
+    /// use idem_core::MemoryStore;
+    ///
+    /// async fn factory() -> Fixture {
+    ///     let store = Arc::new(MemoryStore::new());
+    ///     let held = Arc::clone(&store);
+    ///     Fixture::from_arc(store, ()).with_stored_count(move || {
+    ///         let held = Arc::clone(&held);
+    ///         async move { held.len() }
+    ///     })
+    /// }
+    /// ```
+    pub fn with_stored_count<F, Fut>(self, count: F) -> Fixture
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = usize> + Send + 'static,
+    {
+        Fixture {
+            stored: Some(Arc::new(move || Box::pin(count()))),
+            ..self
+        }
+    }
+
+    /// How many records the backend holds for this fixture, past retention
+    /// or not; `None` when the factory gave no
+    /// [`with_stored_count`](Fixture::with_stored_count).
+    pub async fn stored_count(&self) -> Option<usize> {
+        match &self.stored {
+            Some(count) => Some(count().await),
+            None => None,
         }
     }
 
@@ -43,10 +98,9 @@ impl Fixture {
     /// runs through the cache: a cache that answers what the store would
     /// not fails the case that catches that answer.
     pub fn with_near_cache(self) -> Fixture {
-        let Fixture { store, _guard } = self;
         Fixture {
-            store: Arc::new(NearCache::new(store)),
-            _guard,
+            store: Arc::new(NearCache::new(self.store)),
+            ..self
         }
     }
 

@@ -52,6 +52,7 @@ macro_rules! __with_cases {
                 lease_and_retention_are_separate_clocks,
                 purge_expired_deletes_expired_records_only,
                 purge_expired_respects_its_limit,
+                purge_expired_leaves_no_expired_record_stored,
             }
             fidelity {
                 empty_payload_round_trips,

@@ -10,7 +10,14 @@ use broken::{Flaw, FlawedStore};
 use idem_conformance::{cases, run_each, Factory, Fixture, Report};
 
 fn flawed(flaw: Flaw) -> impl Factory {
-    move || async move { Fixture::new(FlawedStore::new(flaw), ()) }
+    move || async move {
+        let store = Arc::new(FlawedStore::new(flaw));
+        let held = Arc::clone(&store);
+        Fixture::from_arc(store, ()).with_stored_count(move || {
+            let held = Arc::clone(&held);
+            async move { held.len() }
+        })
+    }
 }
 
 async fn caught(flaw: Flaw) -> Report {
@@ -99,6 +106,9 @@ caught! {
     a_purge_of_failed_records_is_caught: PurgeDeletesFailed => "purge_expired_deletes_expired_records_only",
     a_purge_by_the_claim_s_retention_is_caught: PurgeByClaimRetention => "purge_expired_deletes_expired_records_only",
     a_purge_that_ignores_its_limit_is_caught: PurgeIgnoresLimit => "purge_expired_respects_its_limit",
+    a_purge_that_deletes_nothing_is_caught: PurgeDeletesNothing => "purge_expired_leaves_no_expired_record_stored",
+    a_purge_that_stops_short_of_its_limit_is_caught: PurgeStopsShort => "purge_expired_leaves_no_expired_record_stored",
+    a_purge_that_reports_nothing_is_caught: PurgeReportsNothing => "purge_expired_leaves_no_expired_record_stored",
     a_check_then_write_swap_is_caught: SwapCheckThenWrite => "late_owner_and_recoverer_race_with_exactly_one_winner",
     a_check_then_write_take_over_is_caught: TakeOverCheckThenWrite => "racing_take_overs_have_exactly_one_winner",
     a_check_then_delete_remove_is_caught: RemoveCheckThenDelete => "release_and_take_over_race_with_exactly_one_winner",

@@ -1,10 +1,18 @@
 //! The reference store passes the whole kit, through both entry points.
 
+use std::sync::Arc;
+
 use idem_conformance::{cases, run_each, Fixture};
 use idem_core::MemoryStore;
 
 async fn factory() -> Fixture {
-    Fixture::new(MemoryStore::new(), ())
+    let store = Arc::new(MemoryStore::new());
+    let held = Arc::clone(&store);
+    // The map's own length counts records past retention until purged.
+    Fixture::from_arc(store, ()).with_stored_count(move || {
+        let held = Arc::clone(&held);
+        async move { held.len() }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

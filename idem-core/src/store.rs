@@ -102,14 +102,22 @@ impl Reset {
 /// *Liveness.* A record is **live** until its retention deadline passes.
 /// A record past retention MUST behave as absent in every method: `insert`
 /// replaces it, `load` returns `None`, `swap`, `take_over` and `remove`
-/// return `false`. A store MAY delete it lazily; it SHOULD delete it in
-/// [`purge_expired`](Store::purge_expired), which MUST NOT delete a live
-/// record, whatever its state or lease. (That a purge deletes what it
-/// should cannot be observed through the trait: an expired record is
-/// absent either way, and a backend that expires records itself rightly
-/// purges nothing.) A lease that has lapsed does not make a record absent:
-/// the record stays live (and its key blocked) until it is taken over or
-/// its retention lapses.
+/// return `false`. A store MAY delete it lazily. A lease that has lapsed
+/// does not make a record absent: the record stays live (and its key
+/// blocked) until it is taken over or its retention lapses.
+///
+/// *Purging.* Records past retention MUST NOT pile up in the backend.
+/// [`purge_expired`](Store::purge_expired) MUST delete them, at most
+/// `limit` a call, and MUST return exactly how many it deleted. It MUST
+/// NOT delete a live record, whatever its state or lease, judging each by
+/// the retention of its latest write. A call that returns less than
+/// `limit` MUST leave stored none of the records that were past retention
+/// when it began, other writers aside: a purger calls again while a call
+/// returns `limit`, and stops at the first that returns less. A backend
+/// that expires records itself (a Redis key's TTL) meets this without
+/// deleting: those records are gone, and the purge counts only its own
+/// deletions. Through the trait an expired record looks absent either
+/// way, so the conformance kit counts the records stored in the backend.
 ///
 /// *Atomicity.* Each method MUST be one atomic step on one key: two callers
 /// racing on the same key MUST see the outcome of some serial order. In
@@ -233,11 +241,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// request: the state machine does not call it.
     async fn reset(&self, key: &str) -> Result<Reset, StoreError>;
 
-    /// Deletes up to `limit` records that are past retention and returns how
-    /// many it deleted. MUST NOT delete a live record, whatever its state
-    /// (`InFlight` with a lapsed lease, `Completed`, `Failed`), judging each
-    /// by the retention of its latest write. Call it again while it returns
-    /// `limit`.
+    /// Deletes up to `limit` records that are past retention and returns
+    /// exactly how many it deleted. MUST NOT delete a live record, whatever
+    /// its state (`InFlight` with a lapsed lease, `Completed`, `Failed`),
+    /// judging each by the retention of its latest write. Less than `limit`
+    /// MUST mean that no record already past retention when the call began
+    /// is left stored; so call it again while it returns `limit` (see the
+    /// contract's *Purging*).
     async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError>;
 
     /// The wake-ups this store sends when an outcome is recorded or a claim

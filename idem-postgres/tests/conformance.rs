@@ -18,7 +18,20 @@ async fn factory() -> Fixture {
         panic!("PostgreSQL answers but refuses a pool; see the message above");
     };
     let (store, guard) = support::store_in(pool).await;
-    Fixture::new(store, guard)
+    let (pool, table) = (store.pool().clone(), store.table());
+    // Straight from the table: through the store an expired row looks
+    // absent whether a purge deleted it or not.
+    Fixture::new(store, guard).with_stored_count(move || {
+        let (pool, table) = (pool.clone(), table.clone());
+        async move {
+            let sql = format!("SELECT COUNT(*) FROM {table}");
+            let rows: i64 = sqlx::query_scalar(&sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("cannot count the rows of {table}: {e}"));
+            usize::try_from(rows).expect("a row count is never negative")
+        }
+    })
 }
 
 idem_conformance::store_tests!(factory);

@@ -43,7 +43,9 @@ async fn cluster_store() -> RedisStore {
 }
 
 async fn factory() -> Fixture {
-    Fixture::new(cluster_store().await, ())
+    let store = cluster_store().await;
+    let prefix = store.prefix().to_owned();
+    support::counting_keys(Fixture::new(store, ()), cluster(), &prefix)
 }
 
 idem_conformance::store_tests!(factory);
@@ -96,12 +98,13 @@ mod replica_acks {
             Ok(servers) => servers.urls(),
             Err(reason) => super::support::skip_binary(reason),
         };
-        let store = RedisStore::connect_cluster(urls)
+        let prefix = super::support::unique_prefix();
+        let store = RedisStore::connect_cluster(urls.clone())
             .await
             .expect("connect to the cluster")
-            .with_prefix(super::support::unique_prefix())
+            .with_prefix(&prefix)
             .with_replica_acks(1, Duration::from_secs(5));
-        Fixture::new(store, ())
+        super::support::counting_keys(Fixture::new(store, ()), urls, &prefix)
     }
 
     idem_conformance::store_tests!(factory);

@@ -16,7 +16,8 @@ async fn factory() -> Fixture {
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
         .with_prefix(&prefix);
-    Fixture::new(store, support::delete_prefix(&url, &prefix))
+    let fixture = Fixture::new(store, support::delete_prefix(&url, &prefix));
+    support::counting_keys(fixture, vec![url], &prefix)
 }
 
 idem_conformance::store_tests!(factory);
@@ -55,12 +56,13 @@ mod replica_acks {
             Ok((master, _)) => master.urls().remove(0),
             Err(reason) => super::support::skip_binary(reason),
         };
+        let prefix = super::support::unique_prefix();
         let store = RedisStore::connect(master.as_str())
             .await
             .expect("connect to the master")
-            .with_prefix(super::support::unique_prefix())
+            .with_prefix(&prefix)
             .with_replica_acks(1, Duration::from_secs(5));
-        Fixture::new(store, ())
+        super::support::counting_keys(Fixture::new(store, ()), vec![master], &prefix)
     }
 
     idem_conformance::store_tests!(factory);

@@ -384,3 +384,100 @@ pub async fn purge_expired_respects_its_limit(factory: &dyn Factory) {
     let purged = ok(store.purge_expired(2).await, "purge_expired");
     assert!(purged <= 2, "purge_expired(2) reported {purged} deletions");
 }
+
+/// `purge_expired` deletes every record past retention, reports each
+/// deletion, and returns less than its limit only once none is left:
+/// records must not pile up in the backend. Needs the fixture's
+/// [`stored_count`](crate::Fixture::stored_count).
+pub async fn purge_expired_leaves_no_expired_record_stored(factory: &dyn Factory) {
+    let fixture = factory.fixture().await;
+    let store = fixture.store();
+    let stored = || async {
+        fixture.stored_count().await.unwrap_or_else(|| {
+            panic!(
+                "this case counts the records stored in the backend, expired ones \
+                 included: give the fixture Fixture::with_stored_count"
+            )
+        })
+    };
+    // Whatever the backend keeps beside records (an index, a version key)
+    // is part of the baseline.
+    let baseline = stored().await;
+    let live = live_records_of_every_kind(&*store).await;
+    assert_eq!(
+        stored().await,
+        baseline + live,
+        "the fixture's stored_count does not count the {live} records just written"
+    );
+
+    const DOOMED: usize = 5;
+    // Long enough to count the doomed records while they are live on a
+    // loaded machine; a round too slow for that skips only that check.
+    let retention = Duration::from_millis(500);
+    let claiming = Instant::now();
+    for n in 0..DOOMED {
+        let key = key(&format!("pile-doomed-{n}"));
+        let record = short_lived(Token::random(), BRIEF_LEASE, retention);
+        claim(&*store, &key, &record).await;
+    }
+    let claimed = Instant::now();
+    let counted = stored().await;
+    if claiming.elapsed() + SLACK < retention {
+        assert_eq!(
+            counted,
+            baseline + live + DOOMED,
+            "the fixture's stored_count does not count the {DOOMED} records just claimed"
+        );
+    }
+    pass(claimed, retention).await;
+
+    let before = stored().await;
+    let limit = 2;
+    let mut reported = 0;
+    for _ in 0..100 {
+        let purged = ok(store.purge_expired(limit).await, "purge_expired");
+        assert!(
+            purged <= limit,
+            "purge_expired({limit}) reported {purged} deletions"
+        );
+        reported += purged;
+        if purged < limit {
+            break;
+        }
+    }
+    let after = stored().await;
+    assert_eq!(
+        after,
+        baseline + live,
+        "{} expired records are still stored after purge_expired returned less than \
+         its limit ({} live records and a baseline of {baseline})",
+        after.saturating_sub(baseline + live),
+        live
+    );
+    let went = before.saturating_sub(after);
+    assert_eq!(
+        reported, went,
+        "purge_expired reported {reported} deletions; {went} records went"
+    );
+}
+
+/// Writes live records of every kind that `purge_expired` must keep and
+/// returns how many: InFlight with a live and a lapsed lease, Completed,
+/// Failed.
+async fn live_records_of_every_kind(store: &dyn Store) -> usize {
+    let mut written = 0;
+    for (n, lease) in [BRIEF_LEASE, LONG].into_iter().enumerate() {
+        let key = key(&format!("pile-live-{n}"));
+        claim(store, &key, &in_flight(Token::random(), fp(1), lease)).await;
+        written += 1;
+    }
+    for state in [State::Completed, State::Failed] {
+        let key = key(&format!("pile-live-{state:?}"));
+        let token = Token::random();
+        claim(store, &key, &in_flight(token, fp(1), LONG)).await;
+        let done = settled(token, fp(1), state, b"kept", RETENTION);
+        assert!(ok(store.swap(&key, token, &done).await, "swap"));
+        written += 1;
+    }
+    written
+}

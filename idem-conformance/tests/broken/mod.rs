@@ -82,6 +82,15 @@ pub(crate) enum Flaw {
     PurgeByClaimRetention,
     /// `purge_expired` ignores its limit.
     PurgeIgnoresLimit,
+    /// `purge_expired` deletes nothing and reports 0, as a store relying
+    /// on a backend expiry it does not have would: records pile up.
+    PurgeDeletesNothing,
+    /// `purge_expired` deletes one record a call whatever its limit, so a
+    /// purger that stops at a call short of the limit leaves the rest.
+    PurgeStopsShort,
+    /// `purge_expired` deletes but reports 0, so a purger stops after one
+    /// call.
+    PurgeReportsNothing,
 
     // Atomicity.
     /// `swap` checks, yields, then writes without checking again.
@@ -172,6 +181,11 @@ impl FlawedStore {
             flaw,
             records: Mutex::default(),
         }
+    }
+
+    /// How many records the map holds, past retention or not.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
     }
 
     fn has(&self, flaw: Flaw) -> bool {
@@ -536,10 +550,11 @@ impl Store for FlawedStore {
             Flaw::PurgeByClaimRetention => now >= entry.claim_retain_until,
             _ => !self.is_live(entry, now),
         };
-        let limit = if self.has(Flaw::PurgeIgnoresLimit) {
-            usize::MAX
-        } else {
-            limit
+        let limit = match self.flaw {
+            Flaw::PurgeIgnoresLimit => usize::MAX,
+            Flaw::PurgeDeletesNothing => 0,
+            Flaw::PurgeStopsShort => limit.min(1),
+            _ => limit,
         };
         let expired: Vec<String> = records
             .iter()
@@ -549,6 +564,9 @@ impl Store for FlawedStore {
             .collect();
         for key in &expired {
             records.remove(key);
+        }
+        if self.has(Flaw::PurgeReportsNothing) {
+            return Ok(0);
         }
         Ok(expired.len())
     }

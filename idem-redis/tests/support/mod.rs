@@ -41,3 +41,59 @@ pub(crate) fn unique_prefix() -> String {
 pub(crate) fn delete_prefix(url: &str, prefix: &str) -> Cleanup {
     Cleanup::redis_prefix(url, prefix)
 }
+
+/// `fixture`, counting its records as the conformance kit's
+/// `stored_count` asks: the keys under `prefix` on every master among
+/// `urls` (a replica's copies are not counted again). `SCAN` skips a key
+/// Redis has expired by itself, so such a record counts as gone.
+pub(crate) fn counting_keys(
+    fixture: idem_conformance::Fixture,
+    urls: Vec<String>,
+    prefix: &str,
+) -> idem_conformance::Fixture {
+    let pattern = format!("{}*", glob_escape(prefix));
+    fixture.with_stored_count(move || {
+        let (urls, pattern) = (urls.clone(), pattern.clone());
+        async move {
+            tokio::task::spawn_blocking(move || count_keys(&urls, &pattern))
+                .await
+                .expect("the count ran")
+        }
+    })
+}
+
+fn count_keys(urls: &[String], pattern: &str) -> usize {
+    use redis::Commands;
+    let mut keys = 0;
+    for url in urls {
+        let counted = (|| -> redis::RedisResult<Option<usize>> {
+            let client = redis::Client::open(url.as_str())?;
+            let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+            let replication: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut connection)?;
+            if !replication.contains("role:master") {
+                return Ok(None);
+            }
+            let found = connection.scan_match::<_, Vec<u8>>(pattern)?;
+            Ok(Some(found.count()))
+        })();
+        match counted {
+            Ok(counted) => keys += counted.unwrap_or(0),
+            Err(error) => panic!("cannot count the keys {pattern} at {url}: {error}"),
+        }
+    }
+    keys
+}
+
+/// `text` with the glob characters of `SCAN … MATCH` escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
