@@ -8,9 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
-library=$target/debug/libidempotence.so
-if [[ ! -f $library ]]; then
-    echo "no $library: build the workspace first (cargo build, or cargo test --no-run)" >&2
+# `cargo build` leaves the library in debug/; `cargo test` builds it for
+# the examples and leaves it in debug/deps/. The newer one is this build's.
+library=$(ls -t "$target"/debug/libidempotence.so "$target"/debug/deps/libidempotence.so 2>/dev/null | head -1)
+if [[ -z $library ]]; then
+    echo "no libidempotence.so in $target/debug: build the workspace first (cargo test --no-run)" >&2
     exit 1
 fi
 site=$target/python/site

@@ -47,12 +47,20 @@ impl Settings {
     /// before the store is opened: an invalid key touches nothing.
     async fn begin(&self, key: String, scope: String, body: Value) -> Result<Begun, Error> {
         Key::new(&self.namespace, &scope, &key)?;
-        let store = self.store.get().open().await.map_err(|source| Error::Store {
-            source,
-            when: When::BeforeWork,
-        })?;
+        let store = self
+            .store
+            .get()
+            .open()
+            .await
+            .map_err(|source| Error::Store {
+                source,
+                when: When::BeforeWork,
+            })?;
         let idem = self.idempotent(store, scope);
-        match idem.begin_json::<Value, Value, Infallible>(&key, &body).await {
+        match idem
+            .begin_json::<Value, Value, Infallible>(&key, &body)
+            .await
+        {
             Ok(BeginJson::Run(lease)) => Ok(Begun::Run(Running::start(lease))),
             Ok(BeginJson::Replayed(value)) => Ok(Begun::Replayed(value)),
             Err(Error::Remembered(value)) => Ok(Begun::Remembered(value)),
@@ -210,7 +218,9 @@ impl Guard {
             let begun = settings.begin(key, scope, body).await;
             Python::attach(|py| {
                 let answer = guard.get().answer(py, begun)?;
-                answer.into_pyobject(py).map(|tuple| tuple.into_any().unbind())
+                answer
+                    .into_pyobject(py)
+                    .map(|tuple| tuple.into_any().unbind())
             })
         })
     }
@@ -296,7 +306,12 @@ fn remembered(py: Python<'_>, classes: &Bound<'_, PyTuple>, value: Value) -> PyE
         Ok(value) => raise(
             py,
             "Remembered",
-            (format!("an earlier call under this key failed and its failure is remembered: {shown}"), value),
+            (
+                format!(
+                    "an earlier call under this key failed and its failure is remembered: {shown}"
+                ),
+                value,
+            ),
         ),
         Err(error) => error,
     }
@@ -351,7 +366,9 @@ fn outcome(value: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 fn not_json(py: Python<'_>, cause: PyErr, released: Result<(), Error>) -> PyErr {
     let released = match released {
         Ok(()) => "the key was released, so a retry runs the function again".to_owned(),
-        Err(error) => format!("releasing the key failed too ({error}); it is held until its lease lapses"),
+        Err(error) => {
+            format!("releasing the key failed too ({error}); it is held until its lease lapses")
+        }
     };
     let error = raise(
         py,
@@ -396,7 +413,11 @@ impl Call {
             match payload {
                 Ok(payload) => {
                     let recorded = running.complete(payload).await;
-                    Python::attach(|py| recorded.map(|()| value).map_err(|e| errors::to_python(py, e)))
+                    Python::attach(|py| {
+                        recorded
+                            .map(|()| value)
+                            .map_err(|e| errors::to_python(py, e))
+                    })
                 }
                 Err(cause) => {
                     let released = running.settle(None).await;

@@ -61,7 +61,10 @@ fn convert(value: &Bound<'_, PyAny>, plain: &Bound<'_, PyAny>, depth: usize) -> 
                     type_name(&name)
                 )));
             };
-            map.insert(name.to_cow()?.into_owned(), convert(&item, plain, depth + 1)?);
+            map.insert(
+                name.to_cow()?.into_owned(),
+                convert(&item, plain, depth + 1)?,
+            );
         }
         return Ok(Value::Object(map));
     }

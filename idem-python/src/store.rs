@@ -16,8 +16,11 @@ pub(crate) struct Store {
     // The store as opened in one process. A forked child finds another
     // process id here and opens its own: connections, pools and SQLite's
     // writer thread do not survive a fork.
-    opened: Mutex<Option<(u32, Arc<OnceCell<Arc<dyn CoreStore>>>)>>,
+    opened: Mutex<Option<(u32, Arc<Opening>)>>,
 }
+
+/// One process's store, opened by the first call that needs it.
+type Opening = OnceCell<Arc<dyn CoreStore>>;
 
 impl Store {
     /// The store, opened in this process on its first use.
