@@ -39,15 +39,23 @@ enum Command {
     WebhooksWorker(webhooks_cli::WorkerArgs),
 }
 
+/// The store `serve` uses when given none.
+const DEFAULT_STORE: &str = "sqlite:idem-demo.db";
+
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:3000")]
     addr: SocketAddr,
     /// Idempotency store: sqlite:PATH, redis://HOST, postgres://HOST/DB,
-    /// mysql://HOST/DB or memory.
-    #[arg(long, default_value = "sqlite:idem-demo.db")]
-    store: StoreSpec,
+    /// mysql://HOST/DB or memory; else `--store-file`, else the
+    /// environment's `IDEM_STORE`, else sqlite:idem-demo.db.
+    #[arg(long)]
+    store: Option<String>,
+    /// A file whose first line is the store's URL: a password in it stays
+    /// out of the process list.
+    #[arg(long, value_name = "PATH", conflicts_with = "store")]
+    store_file: Option<std::path::PathBuf>,
     /// The simulated gateway's latency per charge, in milliseconds (plus up
     /// to as much again of jitter).
     #[arg(long, default_value_t = DEFAULT_GATEWAY_LATENCY.as_millis() as u64)]
@@ -123,17 +131,31 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {
-    let store = match args.store.open().await {
+    let given = idem_stores::given_url(args.store.as_deref(), args.store_file.as_deref());
+    let spec: StoreSpec = match given.map(|url| url.unwrap_or_else(|| DEFAULT_STORE.to_owned())) {
+        Ok(url) => match url.parse() {
+            Ok(spec) => spec,
+            Err(e) => {
+                tracing::error!(error = %e, "no such store");
+                return ExitCode::from(2);
+            }
+        },
+        Err(e) => {
+            tracing::error!(error = %e, "no store URL");
+            return ExitCode::from(2);
+        }
+    };
+    let store = match spec.open().await {
         Ok(store) => store,
         Err(e) => {
-            tracing::error!(store = %args.store, error = %e, "cannot open the store");
+            tracing::error!(store = %spec, error = %e, "cannot open the store");
             return ExitCode::FAILURE;
         }
     };
     let latency = Duration::from_millis(args.latency_ms);
-    let started = match chaos_cli::open_book(&args.store).await {
+    let started = match chaos_cli::open_book(&spec).await {
         Ok(Some(_)) if args.near_cache => {
-            tracing::error!(store = %args.store,
+            tracing::error!(store = %spec,
                 "--near-cache is for redis:// and memory: with a SQL store the charges are \
                  written in the store's own transaction, which no cache stands in front of");
             return ExitCode::FAILURE;
@@ -157,7 +179,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(url = %server.url(), store = %args.store, "payments API listening");
+    tracing::info!(url = %server.url(), store = %spec, "payments API listening");
     shutdown_signal().await;
     tracing::info!("shutting down; letting requests in flight finish");
     match server.stop().await {
