@@ -33,6 +33,37 @@
 //! a purge deletes them: run [`spawn_purger`](idem_core::store::spawn_purger)
 //! or `idem purge`.
 //!
+//! # Connecting in production
+//!
+//! Managed Redis (ElastiCache with in-transit encryption, Upstash, Redis
+//! Cloud) is reached over TLS with an ACL user. The `tls` feature, on by
+//! default, gives redis-rs rustls on ring and Mozilla's roots. Pass the URL
+//! through [`connection_info`], which reads redis-cli's file options:
+//!
+//! ```text
+//! rediss://app:PASSWORD@cache.internal:6380/0?cacert=/etc/idem/ca.pem&cert=/etc/idem/app.pem&key=/etc/idem/app.key
+//! ```
+//!
+//! * `rediss://` verifies the chain and the host name; `cacert=FILE`
+//!   trusts a private CA instead of Mozilla's roots.
+//! * `cert=FILE` and `key=FILE` present a client certificate, for servers
+//!   with `tls-auth-clients yes`.
+//! * `user:password@` logs in as an ACL user. It needs, on the keys under
+//!   its prefix, `EVALSHA`, `SCRIPT LOAD`, `SET`, `PTTL`, `SCAN`, `INFO`,
+//!   `PUBLISH` and `SUBSCRIBE`, and `WAIT` with replica acks.
+//! * `#insecure` skips every certificate check. It is for tests only, and
+//!   taken only from the URL.
+//! * A wrong CA, an expired certificate or a wrong name fails
+//!   [`RedisStore::connect`] before any work can run, and the error says
+//!   which (`tests/tls.rs` runs the conformance kit over mutual TLS).
+//! * [`RedisStore::connect_cluster`] with `rediss://` URLs verifies
+//!   against Mozilla's roots; a private CA for a cluster, and TLS to a
+//!   master found through Sentinel, need a redis-rs client you build
+//!   ([`RedisStore::from_connection`]).
+//! * No error, log line or `Debug` of the store shows the password. The
+//!   `idem` command, the proxy and the demo read a URL from
+//!   `--store-file` or `IDEM_STORE`, out of the process list.
+//!
 //! See [`RedisStore`] for the encoding, the scripts' guarantees and
 //! [`RedisStore::connect_cluster`] for Redis Cluster.
 #![forbid(unsafe_code)]
