@@ -81,9 +81,12 @@
 //!
 //! # TLS
 //!
-//! Plain `http://` needs no feature. Enable `rustls-tls` or `native-tls`
-//! for `https://` (they turn on reqwest's features of the same names), or
-//! pass a reqwest client built with TLS to [`IdemClient::from_reqwest`].
+//! `https://` works by default: the `tls` feature turns on reqwest's
+//! `rustls-tls` (rustls on ring, Mozilla's roots), the one TLS stack of the
+//! workspace. Without default features only plain `http://` works; enable
+//! `native-tls` for the system's OpenSSL, or pass a reqwest client built
+//! with TLS (a private CA, client certificates) to
+//! [`IdemClient::from_reqwest`].
 #![forbid(unsafe_code)]
 
 mod client;

@@ -173,6 +173,28 @@
 //! statements the raw protocol needs for the same job (counted by the
 //! server in this crate's tests).
 //!
+//! # Connecting in production
+//!
+//! Managed MySQL and MariaDB want TLS. The `tls` feature, on by default,
+//! gives sqlx rustls on ring and Mozilla's roots; the URL says the rest,
+//! with the mysql client's names:
+//!
+//! ```text
+//! mysql://app:PASSWORD@db.internal:3306/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/idem/ca.pem
+//! ```
+//!
+//! * `ssl-mode=VERIFY_IDENTITY` checks the chain and the host name: use
+//!   it. `REQUIRED` encrypts without checking who answers; `VERIFY_CA`
+//!   checks the chain.
+//! * `ssl-ca=FILE` trusts a private CA; `ssl-cert=FILE` and `ssl-key=FILE`
+//!   present a client certificate, for users created `REQUIRE X509`.
+//! * A failed handshake fails [`MySqlStore::connect`] before any work can
+//!   run. This crate's tests do not yet start a MariaDB with TLS: these
+//!   options are sqlx's, tested there.
+//! * No error or `Debug` shows the password. The `idem` command, the proxy
+//!   and the demo read a URL from `--store-file` or `IDEM_STORE`, out of
+//!   the process list.
+//!
 //! # Failures
 //!
 //! A lost connection (server restart, `KILL`) fails the operation in

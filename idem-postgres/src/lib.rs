@@ -145,6 +145,30 @@
 //! statements, the fenced update and `COMMIT`: the round trips the raw
 //! protocol needs for the same job.
 //!
+//! # Connecting in production
+//!
+//! Managed PostgreSQL (RDS, Cloud SQL, Neon, Supabase) wants TLS. The `tls`
+//! feature, on by default, gives sqlx rustls on ring and Mozilla's roots;
+//! the URL says the rest, with libpq's names:
+//!
+//! ```text
+//! postgres://app:PASSWORD@db.internal:5432/app?sslmode=verify-full&sslrootcert=/etc/idem/ca.pem
+//! ```
+//!
+//! * `sslmode=verify-full` checks the chain and the host name: use it.
+//!   `require` encrypts without checking who answers. `verify-ca` should
+//!   skip the name; with sqlx 0.8.6 and rustls 0.23.46 it checks it too.
+//! * `sslrootcert=FILE` trusts a private CA (RDS's bundle) instead of
+//!   Mozilla's roots; `sslcert=FILE` and `sslkey=FILE` present a client
+//!   certificate, for `hostssl … clientcert=verify-full`.
+//! * A wrong CA, an expired certificate or a wrong name fails
+//!   [`PostgresStore::connect`] before any work can run, and the error says
+//!   which. `tests/tls.rs` runs the conformance kit on a server with only
+//!   `hostssl` lines that require client certificates.
+//! * No error or `Debug` shows the password. The `idem` command, the proxy
+//!   and the demo read a URL from `--store-file` or `IDEM_STORE`, out of
+//!   the process list.
+//!
 //! # Failures
 //!
 //! A lost connection (server restart, `pg_terminate_backend`) fails the

@@ -24,6 +24,17 @@
 //! | `postgres://…`, `postgresql://…` | `idem_postgres::PostgresStore` | a table (migrated) |
 //! | `mysql://…`, `mariadb://…` | `idem_mysql::MySqlStore` | a table (migrated) |
 //!
+//! # Connecting in production
+//!
+//! Each server store takes TLS options in its URL, on by default through
+//! the `tls` feature (rustls on ring, Mozilla's roots):
+//! `rediss://…?cacert=FILE&cert=FILE&key=FILE`,
+//! `postgres://…?sslmode=verify-full&sslrootcert=FILE`,
+//! `mysql://…?ssl-mode=VERIFY_IDENTITY&ssl-ca=FILE`. Each store crate's
+//! docs say more. [`StoreUrl`] shows a URL with `***` for its password;
+//! [`given_url`] reads a URL from a flag, a file or `IDEM_STORE`, so that a
+//! password need not appear in a process list.
+//!
 //! # Why a crate of its own
 //!
 //! The list has to live where both shipped binaries and the tests can
