@@ -35,6 +35,7 @@ pub mod postgres;
 pub mod process;
 pub mod races;
 pub mod relay;
+pub mod reshard;
 mod server;
 mod skip;
 mod sql;
