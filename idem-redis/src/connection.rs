@@ -1,10 +1,13 @@
 //! The one shared connection, and the scripts and transactions sent over
 //! it.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 
 use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) type Reply<'a> = Pin<Box<dyn Future<Output = RedisResult<Value>> + Send + 'a>>;
@@ -28,18 +31,131 @@ where
 {
     fn query<'a>(&'a self, cmd: &'a Cmd) -> Reply<'a> {
         let mut connection = self.clone();
+        let cluster = (self as &dyn Any).downcast_ref::<ClusterConnection>();
         Box::pin(async move {
-            connection
+            let reply = connection
                 .req_packed_command(cmd)
                 .await
-                .and_then(Value::extract_error)
+                .and_then(Value::extract_error);
+            match cluster {
+                Some(cluster) => follow_redirects(cluster, reply, cmd, None).await,
+                None => reply,
+            }
         })
     }
 
+    /// The pipelines the store sends hold one write (a command, or a
+    /// transaction on one key) and commands without keys (`WAIT`). A
+    /// redirect says the write was refused, so sending it again is safe.
     fn transaction<'a>(&'a self, transaction: &'a Pipeline) -> Reply<'a> {
         let mut connection = self.clone();
-        Box::pin(async move { transaction.query_async(&mut connection).await })
+        let cluster = (self as &dyn Any).downcast_ref::<ClusterConnection>();
+        Box::pin(async move {
+            let reply = transaction.query_async(&mut connection).await;
+            match cluster {
+                Some(cluster) => {
+                    follow_redirects(cluster, reply, &Cmd::new(), Some(transaction)).await
+                }
+                None => reply,
+            }
+        })
     }
+}
+
+/// How many redirects a call follows itself before it fails.
+const REDIRECTS: usize = 16;
+
+/// Follows the `ASK` and `MOVED` redirects a cluster connection gave up on,
+/// sending `cmd` (or `pipeline`, when given) again to the node named.
+///
+/// redis-rs follows an `ASK` by sending `ASKING` and then the command as
+/// two requests on the node's shared connection. Another task's command
+/// can come between them and take the `ASKING`: the target then answers
+/// `MOVED` back to the source, which answers `ASK` again, until the
+/// retries run out. While a slot migrates under many callers, claims,
+/// outcomes and reads failed so (`tests/resharding.rs`). Here `ASKING`
+/// and the command go in one pipeline, one write that nothing can split.
+/// A transaction aborted for a redirect fails as a whole, which redis-rs
+/// never retries: it is sent again the same way.
+async fn follow_redirects(
+    cluster: &ClusterConnection,
+    mut reply: RedisResult<Value>,
+    cmd: &Cmd,
+    pipeline: Option<&Pipeline>,
+) -> RedisResult<Value> {
+    for _ in 0..REDIRECTS {
+        let Some((asking, host, port)) = reply.as_ref().err().and_then(redirect) else {
+            break;
+        };
+        let mut again = Pipeline::new();
+        if asking {
+            again.cmd("ASKING");
+        }
+        let atomic = pipeline.is_some_and(Pipeline::is_transaction);
+        if atomic {
+            again.cmd("MULTI");
+        }
+        match pipeline {
+            Some(pipeline) => pipeline.cmd_iter().for_each(|cmd| {
+                again.add_command(cmd.clone());
+            }),
+            None => {
+                again.add_command(cmd.clone());
+            }
+        }
+        if atomic {
+            again.cmd("EXEC");
+        }
+        let count = again.len();
+        let route = SingleNodeRoutingInfo::ByAddress { host, port };
+        reply = cluster
+            .clone()
+            .route_pipeline(again, 0, count, route)
+            .await
+            .and_then(|mut replies| {
+                let mut replies = replies.split_off(usize::from(asking).min(replies.len()));
+                match (pipeline, atomic) {
+                    (None, _) => replies.pop().unwrap_or(Value::Nil).extract_error(),
+                    (Some(_), false) => Value::Array(replies).extract_error(),
+                    // `MULTI`'s `OK`, a `QUEUED` or a refusal a command,
+                    // then what `EXEC` answered.
+                    (Some(_), true) => match replies.pop() {
+                        Some(Value::ServerError(aborted)) => {
+                            match replies.into_iter().find_map(|reply| match reply {
+                                Value::ServerError(error) => Some(error),
+                                _ => None,
+                            }) {
+                                Some(refused) => Err(refused.into()),
+                                None => Err(aborted.into()),
+                            }
+                        }
+                        Some(exec) => exec.extract_error(),
+                        None => Ok(Value::Nil),
+                    },
+                }
+            });
+    }
+    reply
+}
+
+/// Where a refused command goes: `ASK` (then `true`) or `MOVED`, to a
+/// host and port.
+fn redirect(error: &RedisError) -> Option<(bool, String, u16)> {
+    error
+        .clone()
+        .into_server_errors()?
+        .iter()
+        .find_map(|(_, error)| {
+            let asking = match error.kind()? {
+                ServerErrorKind::Ask => true,
+                ServerErrorKind::Moved => false,
+                _ => return None,
+            };
+            // "3999 127.0.0.1:6381": the slot, then the node.
+            let node = error.details()?.split_ascii_whitespace().nth(1)?;
+            let (host, port) = node.rsplit_once(':')?;
+            Some((asking, host.to_owned(), port.parse().ok()?))
+        })
 }
 
 /// A command `name` with room for `args` more arguments of `bytes` in all,
