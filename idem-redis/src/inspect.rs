@@ -134,8 +134,12 @@ impl Inspect for RedisStore {
         loop {
             let (next, keys) = self.scan(at, SCAN_WORK).await?;
             for key in keys {
-                if let Some(record) = self.load(&key).await? {
-                    stats.add(&record);
+                // Records carry no Redis TTL: a key the scan saw that reads
+                // as absent is past its retention, kept until a purge (or
+                // deleted a moment ago: the counts are a moment's).
+                match self.load(&key).await? {
+                    Some(record) => stats.add(&record),
+                    None => stats.expired += 1,
                 }
             }
             if next == 0 {
