@@ -27,15 +27,16 @@ pub use idem_http::{PathPattern, PatternError};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Scope {
-    /// One scope for every request (`""` unless the options' `Idempotent`
-    /// is scoped).
+    /// No scope of the route's own: the options decide. By default that
+    /// is the caller's scope, a hash of its `Authorization` header; with
+    /// `shared_across_callers`, one scope for every request.
     Shared,
     /// A fixed name, for a proxy in front of one tenant's service.
     Fixed(String),
     /// The value of a request header. With `hash`, the scope is the first
     /// 32 hex digits of its SHA-256, so a credential such as
     /// `Authorization` never reaches the store or the upstream; a request
-    /// without the header shares the scope `""`.
+    /// without the header is scoped by its caller, as with no scope set.
     Header {
         /// The header read.
         name: HeaderName,
