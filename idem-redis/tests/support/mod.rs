@@ -63,27 +63,29 @@ pub(crate) fn counting_keys(
 }
 
 fn count_keys(urls: &[String], pattern: &str) -> usize {
-    use redis::Commands;
     let mut keys = 0;
     for url in urls {
-        let counted = (|| -> redis::RedisResult<Option<usize>> {
-            let client = redis::Client::open(url.as_str())?;
-            let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
-            let replication: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut connection)?;
-            if !replication.contains("role:master") {
-                return Ok(None);
-            }
-            let found = connection.scan_match::<_, Vec<u8>>(pattern)?;
-            Ok(Some(found.count()))
-        })();
-        match counted {
+        match count_on_master(url, pattern) {
             Ok(counted) => keys += counted.unwrap_or(0),
             Err(error) => panic!("cannot count the keys {pattern} at {url}: {error}"),
         }
     }
     keys
+}
+
+/// The keys matching `pattern` at `url`, or `None` for a replica.
+fn count_on_master(url: &str, pattern: &str) -> redis::RedisResult<Option<usize>> {
+    use redis::Commands;
+    let client = redis::Client::open(url)?;
+    let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    let replication: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut connection)?;
+    if !replication.contains("role:master") {
+        return Ok(None);
+    }
+    let found = connection.scan_match::<_, Vec<u8>>(pattern)?;
+    Ok(Some(found.count()))
 }
 
 /// `text` with the glob characters of `SCAN … MATCH` escaped.
