@@ -254,7 +254,7 @@ impl RedisStore {
             .map_err(config)?;
         let client = redis::sentinel::SentinelClient::build(
             sentinels,
-            master.to_owned(),
+            master,
             None,
             redis::sentinel::SentinelServerType::Master,
         )
