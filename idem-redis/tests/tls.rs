@@ -88,11 +88,27 @@ async fn connect(url: &str) -> Result<RedisStore, idem_core::store::StoreError> 
 async fn factory() -> Fixture {
     let servers = servers();
     let url = servers.url("", servers.good, "ca.pem", "");
+    let prefix = support::unique_prefix();
     let store = connect(&url)
         .await
         .unwrap_or_else(|e| panic!("connect over TLS: {e}"))
-        .with_prefix(support::unique_prefix());
-    Fixture::new(store, ())
+        .with_prefix(&prefix);
+    // The keys under the prefix, over TLS too; `KEYS` skips a key Redis
+    // has expired by itself, so such a record counts as gone.
+    let client = redis::Client::open(idem_redis::connection_info(&url).unwrap()).unwrap();
+    let pattern = format!("{prefix}*");
+    Fixture::new(store, ()).with_stored_count(move || {
+        let (client, pattern) = (client.clone(), pattern.clone());
+        async move {
+            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            keys.len()
+        }
+    })
 }
 
 idem_conformance::store_tests!(factory);
