@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
@@ -23,6 +24,10 @@ pub(crate) trait Shared: Send + Sync + 'static {
     /// Sends a `MULTI … EXEC` transaction in one write and waits for its
     /// reply: the replies of its commands, in order.
     fn transaction<'a>(&'a self, transaction: &'a Pipeline) -> Reply<'a>;
+
+    /// Makes the connection wait at least `timeout` for a reply, where the
+    /// store opened it; a connection the caller gave keeps its own.
+    fn reply_timeout_at_least(&self, timeout: Duration);
 }
 
 impl<C> Shared for C
@@ -60,6 +65,9 @@ where
             }
         })
     }
+
+    /// A connection the caller built keeps the timeouts it was built with.
+    fn reply_timeout_at_least(&self, _timeout: Duration) {}
 }
 
 /// How many redirects a call follows itself before it fails.

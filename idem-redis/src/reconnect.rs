@@ -27,8 +27,11 @@ enum Source {
 /// The connection, found again after it fails.
 pub(crate) struct Reconnecting {
     source: Source,
-    /// How long a call waits for a connection, and for a reply.
-    timeouts: (Duration, Duration),
+    /// How long a call waits for a connection.
+    connect_timeout: Duration,
+    /// How long a call waits for a reply, in milliseconds: it grows when
+    /// the store waits for replicas (`reply_timeout_at_least`).
+    reply_timeout_ms: AtomicU64,
     /// Serialises connecting, so that one failure opens one connection.
     connecting: tokio::sync::Mutex<()>,
     /// The current connection and its generation: a failure forgets only
@@ -55,7 +58,8 @@ impl Reconnecting {
     fn new(source: Source, timeouts: (Duration, Duration)) -> Reconnecting {
         Reconnecting {
             source,
-            timeouts,
+            connect_timeout: timeouts.0,
+            reply_timeout_ms: AtomicU64::new(millis(timeouts.1)),
             connecting: tokio::sync::Mutex::new(()),
             current: Mutex::new(None),
             generations: AtomicU64::new(0),
@@ -72,9 +76,10 @@ impl Reconnecting {
         if let Some(current) = lock(&self.current).clone() {
             return Ok(current);
         }
+        let reply_timeout = self.reply_timeout_ms.load(Ordering::Relaxed);
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeouts.0))
-            .set_response_timeout(Some(self.timeouts.1));
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(Duration::from_millis(reply_timeout)));
         let connection = match &self.source {
             Source::Server(client) => {
                 client
@@ -115,6 +120,15 @@ impl Reconnecting {
 }
 
 impl Shared for Reconnecting {
+    /// A longer wait than the connection's own takes a new connection:
+    /// the current one is forgotten, and the next call opens one with it.
+    fn reply_timeout_at_least(&self, timeout: Duration) {
+        let wanted = millis(timeout);
+        if self.reply_timeout_ms.fetch_max(wanted, Ordering::Relaxed) < wanted {
+            *lock(&self.current) = None;
+        }
+    }
+
     fn query<'a>(&'a self, cmd: &'a Cmd) -> Reply<'a> {
         Box::pin(async move {
             let (generation, mut connection) = self.connection().await?;
@@ -139,6 +153,10 @@ impl Shared for Reconnecting {
             reply
         })
     }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -18,6 +18,10 @@ use crate::record::{Encoded, BACKEND};
 use crate::scripts::SCRIPTS;
 use crate::wake::Subscriber;
 
+/// How long a connection the store opened waits for a reply, unless the
+/// store waits for replicas: short, so a half-open connection is found.
+const REPLY_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The key prefix a store uses unless told otherwise.
 pub const DEFAULT_PREFIX: &str = "idem:";
 
@@ -156,7 +160,7 @@ impl RedisStore {
     /// The scripts are loaded up front.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(config)?;
-        let timeouts = (Duration::from_secs(1), Duration::from_millis(500));
+        let timeouts = (Duration::from_secs(1), REPLY_TIMEOUT);
         let server = crate::reconnect::Reconnecting::server(client.clone(), timeouts);
         server
             .connection()
@@ -292,9 +296,11 @@ impl RedisStore {
     /// another process wrote is replayed as soon as the master has it; until
     /// that owner's wait returns, a failover can still lose it.
     ///
-    /// Keep `timeout` below the connection's response timeout, or a lagging
-    /// replica shows as a timed-out call: `connect` uses redis-rs's 500 ms,
-    /// `connect_sentinel` 5 s.
+    /// The reply timeout of a connection the store opened (`connect`,
+    /// `connect_sentinel`) grows to `timeout` plus 500 ms, since a write's
+    /// reply comes after its `WAIT`. On a connection of your own
+    /// (`from_connection`), keep `timeout` below its response timeout, or
+    /// a lagging replica shows as a timed-out call.
     ///
     /// `replicas` 0 turns the waiting off.
     ///
@@ -305,6 +311,13 @@ impl RedisStore {
     /// (a cluster promotes a replica that acknowledged only if it is the
     /// one it picks: give each master one replica, or wait for them all).
     pub fn with_replica_acks(mut self, replicas: u32, timeout: std::time::Duration) -> RedisStore {
+        if replicas > 0 {
+            // A write's reply comes after its `WAIT`: a reply timeout
+            // shorter than the wait would fail writes the replicas were
+            // still acknowledging.
+            self.connection
+                .reply_timeout_at_least(timeout + REPLY_TIMEOUT);
+        }
         self.replica_acks = (replicas > 0).then(|| ReplicaAcks {
             replicas,
             // At least 1 ms: `WAIT … 0` would wait forever.
