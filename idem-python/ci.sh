@@ -10,7 +10,14 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 # `cargo build` leaves the library in debug/; `cargo test` builds it for
 # the examples and leaves it in debug/deps/. The newer one is this build's.
-library=$(ls -t "$target"/debug/libidempotence.so "$target"/debug/deps/libidempotence.so 2>/dev/null | head -1)
+# `ls` fails when one of them is missing, so only those that exist are
+# compared (a fresh clone's `cargo test --no-run` leaves only deps/).
+library=
+for candidate in "$target"/debug/libidempotence.so "$target"/debug/deps/libidempotence.so; do
+    if [[ -f $candidate && ( -z $library || $candidate -nt $library ) ]]; then
+        library=$candidate
+    fi
+done
 if [[ -z $library ]]; then
     echo "no libidempotence.so in $target/debug: build the workspace first (cargo test --no-run)" >&2
     exit 1

