@@ -70,6 +70,9 @@ impl Eviction {
         if now >= self.next_ms.load(Ordering::Relaxed)
             && !self.checking.swap(true, Ordering::Acquire)
         {
+            // Cleared however this ends: a caller dropped mid-read (a
+            // request's timeout) must not stop every later check.
+            let _checking = ClearOnDrop(&self.checking);
             match store.maxmemory_policies().await {
                 Ok(policies) => {
                     let evicting = policies.into_iter().find(|p| p.starts_with("allkeys-"));
@@ -87,7 +90,6 @@ impl Eviction {
             }
             self.next_ms
                 .store(now.saturating_add(self.interval_ms), Ordering::Relaxed);
-            self.checking.store(false, Ordering::Release);
         }
         if self.refused.load(Ordering::Relaxed) {
             let policy = self
@@ -98,6 +100,15 @@ impl Eviction {
             return Err(StoreError::config(BACKEND, EvictingPolicy { policy }));
         }
         Ok(())
+    }
+}
+
+/// Clears a flag when dropped.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
