@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 use idem_core::fingerprint::PartsHasher;
-use idem_core::Fingerprint;
+use idem_core::{Error, Fingerprint, KeyError};
 use tonic::{Code, Status};
 
 /// The metadata entry that carries the key by default.
@@ -64,6 +64,51 @@ pub(crate) fn in_progress<B: Default>(left: Duration) -> Response<B> {
         .headers_mut()
         .insert(PUSHBACK, HeaderValue::from(millis as u64));
     response
+}
+
+/// `INVALID_ARGUMENT` for a key that cannot be used, saying why.
+pub(crate) fn invalid_key<B: Default>(why: &str) -> Response<B> {
+    answer(
+        Code::InvalidArgument,
+        &format!("invalid idempotency key: {why}"),
+    )
+}
+
+/// `INVALID_ARGUMENT` for a protected call without a key, naming the
+/// metadata entry that carries it.
+pub(crate) fn missing_key<B: Default>(entry: &HeaderName) -> Response<B> {
+    let message = format!("this method requires an idempotency key ({entry})");
+    answer(Code::InvalidArgument, &message)
+}
+
+/// The answer to a call the exchange refused, logged under its `key`.
+pub(crate) fn refuse<B: Default>(key: &str, error: Error) -> Response<B> {
+    match error {
+        Error::InvalidKey(KeyError::InvalidScope {
+            part: "namespace", ..
+        }) => {
+            tracing::error!(key, "the idempotency namespace is not usable");
+            answer(Code::Internal, "the idempotency layer is misconfigured")
+        }
+        Error::InvalidKey(error) => invalid_key(&error.to_string()),
+        Error::Mismatch => answer(
+            Code::FailedPrecondition,
+            "this idempotency key was used with another method or request message",
+        ),
+        Error::InProgress { retry_after } => in_progress(retry_after),
+        Error::Store { source, .. } => {
+            tracing::error!(key, error = %source,
+                "idempotency store failed; answering UNAVAILABLE");
+            answer(
+                Code::Unavailable,
+                "the idempotency store is unavailable; the call did not run",
+            )
+        }
+        error => {
+            tracing::error!(key, %error, "idempotency check failed");
+            answer(Code::Internal, "the idempotency check failed")
+        }
+    }
 }
 
 /// The pushback of a trailers-only answer: `Some` when it carries a

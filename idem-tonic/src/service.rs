@@ -13,14 +13,16 @@ use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use http_body_util::Full;
 use idem_core::store::StoreError;
-use idem_core::{Begin, Error, Idempotent, Key, KeyError, Lease, When};
+use idem_core::{Begin, Error, Idempotent, Key, Lease, When};
 use idem_http::{Panicked, Uncancelled};
 use tonic::Code;
 use tower_service::Service;
 
 use crate::body::{collect, BoxError, Collected, ReplyBody};
 use crate::layer::{Config, KeySource};
-use crate::protocol::{self, answer, in_progress, Framing, REPLAYED};
+use crate::protocol::{
+    self, answer, in_progress, invalid_key, missing_key, refuse, Framing, REPLAYED,
+};
 use crate::stored::{self, Call, Stored, Unreplayable};
 
 /// The future an [`IdempotencyService`] returns. It is `Send`.
@@ -104,7 +106,7 @@ where
                 Ok(key) => Some(key.to_owned()),
                 Err(_) => return Ok(invalid_key("not visible ASCII")),
             },
-            None if config.require_key => return Ok(missing_key(&config)),
+            None if config.require_key => return Ok(missing_key(&config.key)),
             None => return pass(inner, request.map(tonic::body::Body::new)).await,
         },
         KeySource::Message(_) => None,
@@ -157,7 +159,7 @@ where
             }
             match read(&message.bytes) {
                 Ok(Some(key)) if !key.is_empty() => key,
-                Ok(_) if config.require_key => return Ok(missing_key(&config)),
+                Ok(_) if config.require_key => return Ok(missing_key(&config.key)),
                 Ok(_) => {
                     let request = Request::from_parts(parts, full(body));
                     return pass(inner, request).await;
@@ -230,18 +232,6 @@ fn full(body: Bytes) -> tonic::body::Body {
     tonic::body::Body::new(Full::new(body))
 }
 
-fn invalid_key<B: Default>(why: &str) -> Response<B> {
-    answer(
-        Code::InvalidArgument,
-        &format!("invalid idempotency key: {why}"),
-    )
-}
-
-fn missing_key<B: Default>(config: &Config) -> Response<B> {
-    let message = format!("this method requires an idempotency key ({})", config.key);
-    answer(Code::InvalidArgument, &message)
-}
-
 async fn pass<S, ResBody>(
     mut inner: S,
     request: Request<tonic::body::Body>,
@@ -305,7 +295,7 @@ impl Exchange<'_> {
                     "idempotency store failed; running the call unprotected (fail open)");
                 inner.call(request).await?.map(ReplyBody::inner)
             }
-            Err(error) => self.refuse(error),
+            Err(error) => refuse(self.key, error),
             Ok(_) => answer(Code::Internal, "unknown outcome from the idempotency store"),
         };
         if waited {
@@ -347,36 +337,7 @@ impl Exchange<'_> {
                     "idempotency store failed looking for an unscoped record; running the call (fail open)");
                 None
             }
-            Err(error) => Some(self.refuse(error)),
-        }
-    }
-
-    fn refuse<B: Default>(&self, error: Error) -> Response<B> {
-        match error {
-            Error::InvalidKey(KeyError::InvalidScope {
-                part: "namespace", ..
-            }) => {
-                tracing::error!(key = self.key, "the idempotency namespace is not usable");
-                answer(Code::Internal, "the idempotency layer is misconfigured")
-            }
-            Error::InvalidKey(error) => invalid_key(&error.to_string()),
-            Error::Mismatch => answer(
-                Code::FailedPrecondition,
-                "this idempotency key was used with another method or request message",
-            ),
-            Error::InProgress { retry_after } => in_progress(retry_after),
-            Error::Store { source, .. } => {
-                tracing::error!(key = self.key, error = %source,
-                    "idempotency store failed; answering UNAVAILABLE");
-                answer(
-                    Code::Unavailable,
-                    "the idempotency store is unavailable; the call did not run",
-                )
-            }
-            error => {
-                tracing::error!(key = self.key, %error, "idempotency check failed");
-                answer(Code::Internal, "the idempotency check failed")
-            }
+            Err(error) => Some(refuse(self.key, error)),
         }
     }
 
