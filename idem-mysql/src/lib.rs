@@ -189,8 +189,11 @@
 //! * `ssl-ca=FILE` trusts a private CA; `ssl-cert=FILE` and `ssl-key=FILE`
 //!   present a client certificate, for users created `REQUIRE X509`.
 //! * A failed handshake fails [`MySqlStore::connect`] before any work can
-//!   run. This crate's tests do not yet start a MariaDB with TLS: these
-//!   options are sqlx's, tested there.
+//!   run, and its error names the cause (`UnknownIssuer`, `not valid for
+//!   name`). `tests/tls.rs` starts a MariaDB with
+//!   `require_secure_transport` and runs the conformance kit over it.
+//! * An expired server certificate is refused by the same rustls check;
+//!   the Redis and PostgreSQL TLS tests start servers that present one.
 //! * No error or `Debug` shows the password. The `idem` command, the proxy
 //!   and the demo read a URL from `--store-file` or `IDEM_STORE`, out of
 //!   the process list.

@@ -185,6 +185,12 @@ pub(crate) fn bin_dir() -> Result<PathBuf, String> {
 /// Who runs the servers: the `postgres` user's ids when the caller is
 /// root, or nobody else.
 pub(crate) fn server_user() -> Option<(u32, u32)> {
+    user_if_root("postgres")
+}
+
+/// The user `name`'s ids when the caller is root (a server refuses to run
+/// as root), or `None`: the caller itself runs it.
+pub(crate) fn user_if_root(name: &str) -> Option<(u32, u32)> {
     let me = std::fs::read_to_string("/proc/self/status").ok()?;
     let root = me
         .lines()
@@ -193,7 +199,9 @@ pub(crate) fn server_user() -> Option<(u32, u32)> {
         return None;
     }
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    let line = passwd.lines().find(|line| line.starts_with("postgres:"))?;
+    let line = passwd
+        .lines()
+        .find(|line| line.split(':').next() == Some(name))?;
     let fields: Vec<&str> = line.split(':').collect();
     Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?))
 }

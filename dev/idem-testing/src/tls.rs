@@ -314,3 +314,91 @@ pub fn pg_tls_server(
     }
     Ok(server)
 }
+
+/// What a TLS MariaDB runs as it starts: the database `test`, and the user
+/// `x509`, who has no password and must present a client certificate
+/// signed by the CA (`REQUIRE X509`).
+const MARIADB_INIT: &str = "CREATE DATABASE IF NOT EXISTS test;\n\
+    CREATE USER IF NOT EXISTS 'x509'@'127.0.0.1' REQUIRE X509;\n\
+    GRANT ALL ON test.* TO 'x509'@'127.0.0.1';\n";
+
+/// A MariaDB with TLS only (`require_secure_transport`), presenting `which`
+/// certificate of `certs` and trusting their CA for client certificates,
+/// on `port` of loopback: a data directory made by `mariadb-install-db` in
+/// `dir` (root without a password, the database `test`, the user `x509`
+/// of [`MARIADB_INIT`]). Run as the `mysql` user when the caller is root,
+/// which is given `dir` and the certificates. It goes away with the value
+/// returned or when this process exits, and takes `dir` with it.
+pub fn mariadb_tls_server(
+    dir: &Path,
+    certs: &Certs,
+    which: ServerCert,
+    port: u16,
+) -> Result<Watched, String> {
+    let server = ["/usr/sbin/mariadbd", "/usr/sbin/mysqld"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists())
+        .ok_or("no mariadbd in /usr/sbin")?;
+    let user = crate::postgres::user_if_root("mysql");
+    if let Some((uid, gid)) = user {
+        certs.give_to(uid, gid);
+        for path in [dir, &certs.dir] {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(|e| format!("chown {}: {e}", path.display()))?;
+        }
+    }
+    let data = dir.join("data");
+    // Small logs and no syncs: a test's server holds little and loses
+    // nothing it needs when killed.
+    let small = [
+        "--innodb-log-file-size=4M",
+        "--innodb-buffer-pool-size=16M",
+        "--innodb-flush-method=nosync",
+    ];
+    let output = Command::new("mariadb-install-db")
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .args(user.map(|_| "--user=mysql"))
+        .arg("--auth-root-authentication-method=normal")
+        .args(["--skip-test-db", "--skip-name-resolve"])
+        .args(small)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("mariadb-install-db: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "mariadb-install-db: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let init = dir.join("init.sql");
+    std::fs::write(&init, MARIADB_INIT).map_err(|e| format!("init.sql: {e}"))?;
+    let (cert, key) = certs.server(which);
+    let arg = |name: &str, path: &Path| format!("--{name}={}", path.display()).into();
+    let mut command: Vec<std::ffi::OsString> = vec![
+        server.into_os_string(),
+        "--no-defaults".into(),
+        arg("datadir", &data),
+        arg("socket", &dir.join("mysqld.sock")),
+        arg("pid-file", &dir.join("mysqld.pid")),
+        arg("log-error", &dir.join("error.log")),
+        arg("init-file", &init),
+        format!("--port={port}").into(),
+        "--bind-address=127.0.0.1".into(),
+        "--skip-name-resolve".into(),
+        "--skip-log-bin".into(),
+        arg("ssl-cert", &cert),
+        arg("ssl-key", &key),
+        arg("ssl-ca", &certs.path("ca.pem")),
+        "--require-secure-transport=ON".into(),
+    ];
+    command.extend(small.into_iter().map(Into::into));
+    command.extend(user.map(|_| "--user=mysql".into()));
+    let watched = Watched::start(&command, Some(dir)).map_err(|e| format!("mariadbd: {e}"))?;
+    if !wait_for_port(port, std::time::Duration::from_secs(30)) {
+        let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+        return Err(format!("mariadbd never listened on {port}: {log}"));
+    }
+    Ok(watched)
+}
