@@ -1,7 +1,8 @@
 //! `idem console` run as a process and driven over HTTP on a socket,
 //! against SQLite and PostgreSQL holding records the library wrote: what
 //! it lists, what its mends change (counted in executions), what it hides,
-//! and what it refuses.
+//! and what it refuses; an inbox's dead letters requeued through it and
+//! handled once; an application's rates scraped and counted.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -10,6 +11,8 @@ use std::sync::Arc;
 
 use idem_core::store::Store;
 use idem_core::{Begin, Fingerprint, Idempotent};
+use idem_inbox::queue::{NewJob, PostgresQueue, Queue, SqliteQueue};
+use idem_inbox::{Event, HandlerError, Outcome, Worker, WorkerConfig};
 use idem_testing::{unique_name, Cleanup, Server, StoreKind};
 use serde_json::json;
 
@@ -344,6 +347,183 @@ async fn refuses_requests_without_the_token(kind: StoreKind) {
     assert_eq!(status, 200, "the login page is open");
 }
 
+/// The keys page filters by scope as well as by namespace.
+async fn filters_keys_by_scope(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let fingerprint = Fingerprint::of_json(&json!({"amount": 1250})).unwrap();
+    for (scope, key) in [("tenant-a", "held-a"), ("tenant-b", "held-b")] {
+        let idem = opened.idem().scoped(scope);
+        assert!(matches!(
+            idem.begin(key, fingerprint).await.unwrap(),
+            Begin::Run(_)
+        ));
+    }
+    let console = opened.console(&[]);
+    let (status, all) = console
+        .get(&format!("/keys?state=in-flight&namespace={NAMESPACE}"))
+        .await;
+    assert_eq!(status, 200, "{all}");
+    assert!(all.contains("held-a") && all.contains("held-b"), "{all}");
+    let (_, only_a) = console
+        .get(&format!(
+            "/keys?state=in-flight&namespace={NAMESPACE}&scope=tenant-a"
+        ))
+        .await;
+    assert!(only_a.contains("held-a"), "{only_a}");
+    assert!(!only_a.contains("held-b"), "{only_a}");
+}
+
+/// An inbox queue of `kind` beside the store, and what removes it.
+async fn inbox_queue(kind: StoreKind) -> (Arc<dyn Queue>, Vec<String>, Cleanup) {
+    match kind {
+        StoreKind::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("inbox.db");
+            let queue = SqliteQueue::open(&path).await.unwrap();
+            let args = vec!["--inbox".to_owned(), format!("sqlite:{}", path.display())];
+            (Arc::new(queue), args, Cleanup::holding(dir))
+        }
+        StoreKind::Postgres => {
+            let url = Server::Postgres.url();
+            let table = unique_name("console_inbox");
+            let guard =
+                Cleanup::postgres(&url, format!("DROP TABLE IF EXISTS {table}, {table}_keys"));
+            let queue = PostgresQueue::connect(&url)
+                .await
+                .unwrap()
+                .with_table(&table)
+                .unwrap();
+            queue.migrate().await.unwrap();
+            let args = vec!["--inbox".to_owned(), url, "--inbox-table".to_owned(), table];
+            (Arc::new(queue), args, guard)
+        }
+        other => panic!("not tested here: {other:?}"),
+    }
+}
+
+/// Dead letters are listed with their source, attempts and last error; a
+/// requeue without the CSRF token or a reason changes nothing; one requeued
+/// through the page, and all of a source, are each handled once.
+async fn requeues_dead_letters(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let (queue, inbox_args, _inbox_guard) = inbox_queue(kind).await;
+    for (source, event) in [
+        ("stripe", "evt_1"),
+        ("stripe", "evt_2"),
+        ("github", "gh_1"),
+        ("github", "gh_2"),
+    ] {
+        let payload = format!("{{\"id\":\"{event}\",\"card\":\"4242\"}}");
+        queue
+            .enqueue(NewJob::new(source, event, payload.into_bytes()))
+            .await
+            .unwrap();
+    }
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let runs = Arc::new(AtomicU32::new(0));
+    let worker = {
+        let (broken, runs) = (Arc::clone(&broken), Arc::clone(&runs));
+        Worker::new(
+            Arc::clone(&queue),
+            Idempotent::from_arc(Arc::clone(&opened.store)).with_namespace("inbox"),
+            move |event: Event| {
+                let (broken, runs) = (Arc::clone(&broken), Arc::clone(&runs));
+                async move {
+                    if broken.load(Ordering::SeqCst) {
+                        return Err(HandlerError::permanent(format!(
+                            "ledger refused {}: account frozen",
+                            event.id
+                        )));
+                    }
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            },
+        )
+        .with_config(WorkerConfig::default().with_concurrency(4))
+    };
+    let outcomes = worker.run_once(10).await.unwrap();
+    assert_eq!(outcomes, [Outcome::DeadLettered; 4]);
+    let mut extra = inbox_args.iter().map(String::as_str).collect::<Vec<_>>();
+    extra.push("--show-payloads");
+    let console = opened.console(&extra);
+    let (status, inbox) = console.get("/inbox").await;
+    assert_eq!(status, 200, "{inbox}");
+    assert!(inbox.contains("dead letters <strong>4</strong>"), "{inbox}");
+    assert!(
+        inbox.contains("ledger refused evt_1: account frozen") && inbox.contains("github"),
+        "{inbox}"
+    );
+    let (_, stripe) = console.get("/inbox?source=stripe").await;
+    assert!(!stripe.contains("gh_1"), "filtered by source: {stripe}");
+    let (_, job) = console.get(&link(&stripe, "/inbox/job?id=")).await;
+    assert!(job.contains("4242"), "shown with --show-payloads: {job}");
+    let (status, confirm) = console.get(&link(&stripe, "/inbox/confirm?id=")).await;
+    assert_eq!(status, 200, "{confirm}");
+    let id = hidden(&confirm, "id");
+    let csrf = hidden(&confirm, "csrf");
+    let one = |csrf: &str, reason: &str| {
+        vec![
+            ("id".to_owned(), id.clone()),
+            ("source".to_owned(), String::new()),
+            ("csrf".to_owned(), csrf.to_owned()),
+            ("reason".to_owned(), reason.to_owned()),
+        ]
+    };
+    let post = |form: Vec<(String, String)>| {
+        let console = &console;
+        async move {
+            let form: Vec<(&str, &str)> =
+                form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            console.post("/inbox/requeue", &form).await
+        }
+    };
+    let (status, page) = post(one(&"0".repeat(64), "ledger unfrozen")).await;
+    assert_eq!(status, 403, "a wrong CSRF token: {page}");
+    let (status, page) = post(one(&csrf, " ")).await;
+    assert_eq!(status, 400, "no reason: {page}");
+    assert_eq!(queue.dead_letters(10).await.unwrap().len(), 4);
+    let (status, page) = post(one(&csrf, "ledger unfrozen")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Requeued <strong>1</strong>"), "{page}");
+    let (status, page) = post(one(&csrf, "ledger unfrozen")).await;
+    assert_eq!(status, 409, "requeued already: {page}");
+    let (_, github) = console.get("/inbox?source=github").await;
+    let (status, confirm) = console.get(&link(&github, "/inbox/confirm?source=")).await;
+    assert_eq!(status, 200, "{confirm}");
+    let form = [
+        ("id", String::new()),
+        ("source", hidden(&confirm, "source")),
+        ("csrf", hidden(&confirm, "csrf")),
+        ("reason", "webhook secret rotated".to_owned()),
+        ("by", "ops".to_owned()),
+    ];
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (status, page) = console.post("/inbox/requeue", &form).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Requeued <strong>2</strong>"), "{page}");
+    // The three requeued events run once each; the fourth stays dead.
+    broken.store(false, Ordering::SeqCst);
+    let outcomes = worker.run_once(10).await.unwrap();
+    assert_eq!(outcomes, [Outcome::Completed; 3]);
+    assert!(worker.run_once(10).await.unwrap().is_empty());
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    let dead = queue.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].source, "stripe");
+    let audit = console.stop();
+    assert_eq!(
+        audit.matches("idem-inbox requeue: requeued").count(),
+        3,
+        "{audit}"
+    );
+    assert!(audit.contains("webhook secret rotated"), "{audit}");
+}
+
 macro_rules! on {
     ($store:ident, $kind:expr) => {
         mod $store {
@@ -362,6 +542,16 @@ macro_rules! on {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn hides_payloads_unless_asked() {
                 super::hides_payloads_unless_asked($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn filters_keys_by_scope() {
+                super::filters_keys_by_scope($kind).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn requeues_dead_letters() {
+                super::requeues_dead_letters($kind).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,10 +3,13 @@
 //!
 //! Pages are rendered on the server with maud; there is no JavaScript.
 //! Every mend is one store primitive the command already uses: `release`
-//! is the fenced `Store::remove`, `reset` is `Idempotent::reset_because`.
+//! is the fenced `Store::remove`, `reset` is `Idempotent::reset_because`,
+//! and an inbox's `requeue` is the queue's own, as `idem-inbox` uses it.
 
 mod auth;
+mod inbox;
 mod pages;
+mod rates;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -36,6 +39,19 @@ pub(crate) struct ConsoleArgs {
     /// so they are hidden by default.
     #[arg(long)]
     show_payloads: bool,
+    /// A webhook inbox's queue to show: a SQLite file or a postgres:// URL.
+    #[arg(long)]
+    inbox: Option<String>,
+    /// The inbox's PostgreSQL table (default idem_inbox_jobs).
+    #[arg(long, requires = "inbox")]
+    inbox_table: Option<String>,
+    /// An application's Prometheus endpoint (plain HTTP), scraped to chart
+    /// its rates per minute over the last hour.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Seconds between two scrapes of --metrics.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=60))]
+    scrape_every: u64,
 }
 
 /// What every request handler shares.
@@ -48,6 +64,10 @@ pub(crate) struct Console {
     /// The token every state-changing form carries; random per process.
     csrf: String,
     show_payloads: bool,
+    /// The inbox queue, when one was given.
+    inbox: Option<inbox::Inbox>,
+    /// The scraped rates, when an endpoint was given.
+    rates: Option<Arc<rates::Rates>>,
 }
 
 /// Serves the console until the process is stopped.
@@ -75,12 +95,25 @@ pub(crate) async fn run(
             args.listen
         ));
     }
+    let inbox = match &args.inbox {
+        Some(url) => Some(inbox::open(url, args.inbox_table.as_deref()).await?),
+        None => None,
+    };
+    let rates = match &args.metrics {
+        Some(url) => Some(rates::Rates::start(
+            url.clone(),
+            std::time::Duration::from_secs(args.scrape_every),
+        )?),
+        None => None,
+    };
     let console = Arc::new(Console {
         store,
         store_name,
         token,
         csrf: auth::random_hex(),
         show_payloads: args.show_payloads,
+        inbox,
+        rates,
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -105,6 +138,11 @@ fn router(console: Arc<Console>) -> Router {
         .route("/confirm/{action}", get(confirm))
         .route("/release", post(release))
         .route("/reset", post(reset))
+        .route("/inbox", get(inbox_list))
+        .route("/inbox/job", get(inbox_job))
+        .route("/inbox/confirm", get(inbox_confirm))
+        .route("/inbox/requeue", post(inbox_requeue))
+        .route("/rates", get(rates_page))
         .route("/login", get(auth::login_form).post(auth::login))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
@@ -148,4 +186,30 @@ async fn reset(State(console): State<Arc<Console>>, Form(form): Form<Params>) ->
         return refused;
     }
     pages::reset(&console, &form).await
+}
+
+async fn inbox_list(State(console): State<Arc<Console>>, Query(params): Query<Params>) -> Response {
+    inbox::list(&console, &params).await
+}
+
+async fn inbox_job(State(console): State<Arc<Console>>, Query(params): Query<Params>) -> Response {
+    inbox::job(&console, &params).await
+}
+
+async fn inbox_confirm(
+    State(console): State<Arc<Console>>,
+    Query(params): Query<Params>,
+) -> Response {
+    inbox::confirm(&console, &params)
+}
+
+async fn inbox_requeue(State(console): State<Arc<Console>>, Form(form): Form<Params>) -> Response {
+    if let Some(refused) = auth::check_csrf(&console, &form) {
+        return refused;
+    }
+    inbox::requeue(&console, &form).await
+}
+
+async fn rates_page(State(console): State<Arc<Console>>) -> Response {
+    rates::show(&console)
 }

@@ -20,7 +20,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.25em .5em;te
 code{word-break:break-all}nav a{margin-right:1em}.note{color:#555}";
 
 /// A whole page.
-fn layout(store: Option<&str>, title: &str, body: Markup) -> Markup {
+pub(super) fn layout(store: Option<&str>, title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -30,6 +30,8 @@ fn layout(store: Option<&str>, title: &str, body: Markup) -> Markup {
                     a href="/keys?state=in-flight" { "In flight" }
                     a href="/keys?state=completed" { "Completed" }
                     a href="/keys?state=failed" { "Failed" }
+                    a href="/inbox" { "Inbox" }
+                    a href="/rates" { "Rates" }
                     @if let Some(store) = store { span.note { "store " code { (store) } } }
                 }
                 h1 { (title) }
@@ -45,12 +47,12 @@ pub(super) fn message(status: StatusCode, title: &str, body: Markup) -> Response
 }
 
 /// A page of this console with a status.
-fn page(console: &Console, status: StatusCode, title: &str, body: Markup) -> Response {
+pub(super) fn page(console: &Console, status: StatusCode, title: &str, body: Markup) -> Response {
     (status, layout(Some(&console.store_name), title, body)).into_response()
 }
 
 /// Percent-encodes a query parameter's value.
-fn enc(value: &str) -> String {
+pub(super) fn enc(value: &str) -> String {
     let mut out = String::new();
     for b in value.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
@@ -93,6 +95,7 @@ pub(super) async fn keys(console: &Console, params: &Params) -> Response {
         _ => "in-flight",
     };
     let namespace = param(params, "namespace");
+    let scope = param(params, "scope");
     let after = params
         .get("after")
         .map(String::as_str)
@@ -121,6 +124,7 @@ pub(super) async fn keys(console: &Console, params: &Params) -> Response {
         form method="get" action="/keys" {
             input type="hidden" name="state" value=(state);
             label { "namespace " input name="namespace" value=(namespace); }
+            " " label { "scope " input name="scope" value=(scope); }
             " " button { "Filter" }
         }
         @match &listed {
@@ -130,13 +134,13 @@ pub(super) async fn keys(console: &Console, params: &Params) -> Response {
             },
             Some(Err(error)) => p { "This store cannot list its records: " (error.to_string()) },
             Some(Ok(page)) => {
-                (table(page_rows(&page.records, namespace)))
+                (table(page_rows(&page.records, namespace, scope)))
                 p.note {
                     "Newest first within a page (most retention left). The namespace \
-                     filter applies to each page, so a page may show fewer rows."
+                     and scope filters apply to each page, so a page may show fewer rows."
                 }
                 @if let Some(next) = &page.next {
-                    a href={ "/keys?state=" (state) "&namespace=" (enc(namespace)) "&after=" (enc(next)) } { "Next page" }
+                    a href={ "/keys?state=" (state) "&namespace=" (enc(namespace)) "&scope=" (enc(scope)) "&after=" (enc(next)) } { "Next page" }
                 } @else {
                     p { "No more pages." }
                 }
@@ -151,13 +155,19 @@ pub(super) async fn keys(console: &Console, params: &Params) -> Response {
     page(console, StatusCode::OK, title, body)
 }
 
-/// The page's records in the namespace asked (all when none), newest first.
-fn page_rows<'a>(records: &'a [Listed], namespace: &str) -> Vec<(Option<KeyParts>, &'a Listed)> {
+/// The page's records in the namespace and scope asked (any when a filter
+/// is empty), newest first.
+fn page_rows<'a>(
+    records: &'a [Listed],
+    namespace: &str,
+    scope: &str,
+) -> Vec<(Option<KeyParts>, &'a Listed)> {
     let mut rows: Vec<_> = records
         .iter()
         .map(|listed| (KeyParts::parse(&listed.key), listed))
         .filter(|(parts, _)| {
-            namespace.is_empty() || parts.as_ref().is_some_and(|p| p.namespace == namespace)
+            (namespace.is_empty() || parts.as_ref().is_some_and(|p| p.namespace == namespace))
+                && (scope.is_empty() || parts.as_ref().is_some_and(|p| p.scope == scope))
         })
         .collect();
     rows.sort_by_key(|row| std::cmp::Reverse(row.1.record.retention_remaining));
@@ -365,7 +375,7 @@ pub(super) fn confirm(console: &Console, action: &str, params: &Params) -> Respo
 }
 
 /// The mend's reason and who asked, or the page refusing a missing reason.
-fn audit_fields<'a>(
+pub(super) fn audit_fields<'a>(
     console: &Console,
     form: &'a Params,
 ) -> Result<(&'a str, &'a str), Box<Response>> {
