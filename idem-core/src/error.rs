@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::steps::Poisoned;
 use crate::store::StoreError;
 use crate::KeyError;
 
@@ -72,9 +73,45 @@ pub enum Error<E = Infallible> {
     Encode(#[source] serde_json::Error),
     /// Durable steps stopped: the steps differ from the recorded ones, the
     /// key was taken over too often, or an earlier step could not be
-    /// recorded (see [`StepsError`](crate::StepsError)).
+    /// recorded (see [`StepsError`]).
     #[error("{0}")]
-    Steps(crate::StepsError),
+    Steps(StepsError),
+}
+
+/// Why a durable-steps run stopped that is about the steps themselves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepsError {
+    /// The run reached different steps, or in another order, than the ones
+    /// recorded under the key: the code changed under a running operation.
+    /// Nothing was recorded; the key is handed to the next call, which
+    /// resumes if its code matches the journal.
+    #[error(
+        "the steps differ from the ones recorded under this key at step {position}: \
+         recorded {recorded:?}, this run {}; the code changed under a running operation",
+        requested.as_deref().map_or_else(|| "ended there".to_owned(), |n| format!("asked for {n:?}"))
+    )]
+    Diverged {
+        /// The index (from 0) of the first step that differs.
+        position: usize,
+        /// The name recorded at that position.
+        recorded: String,
+        /// The name this run asked for there, or `None` if the run finished
+        /// before reaching it.
+        requested: Option<String>,
+    },
+    /// The key was taken over more times than allowed and is settled as
+    /// failed; every later call gets this again.
+    #[error(
+        "the operation was taken over {} times (its workers kept dying) and is settled as failed; steps recorded: {:?}",
+        .0.takeovers, .0.steps
+    )]
+    Poisoned(Poisoned),
+    /// An earlier step of this run could not be recorded (its lease was
+    /// lost, or the store failed after the step ran); the run cannot go on.
+    /// A retry resumes from what the store holds.
+    #[error("an earlier step of this run could not be recorded; retry to resume from the store")]
+    Interrupted,
 }
 
 fn store_message(when: When) -> &'static str {

@@ -360,7 +360,7 @@ pub mod steps;
 pub mod store;
 
 pub use effects::BeginJson;
-pub use error::{Error, When};
+pub use error::{Error, StepsError, When};
 pub use fingerprint::digest::Fingerprint;
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
 pub use key::{Key, KeyError, KeyPart};
@@ -368,4 +368,3 @@ pub use lease::{Begin, Lease, Replay, RunOutput};
 pub use memory::MemoryStore;
 pub use steps::durable::Durable;
 pub use steps::step::Steps;
-pub use steps::StepsError;

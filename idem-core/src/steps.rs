@@ -59,9 +59,9 @@
 //! * The code between steps must be deterministic given the steps'
 //!   outcomes: a resumed run must reach the same steps in the same order.
 //!   A run whose step names or order differ from the recorded ones fails
-//!   with [`StepsError::Diverged`] (the code changed under a running
-//!   operation) instead of guessing; so does a run that finishes before
-//!   reaching every recorded step.
+//!   with [`StepsError::Diverged`](crate::StepsError::Diverged) (the code
+//!   changed under a running operation) instead of guessing; so does a run
+//!   that finishes before reaching every recorded step.
 //! * A step that fails (`Err`) is not recorded. When the work returns an
 //!   error the key is not released (that would forget the recorded steps):
 //!   its lease is cut to the shortest, so the next call takes it over at
@@ -86,42 +86,6 @@ pub use writer::{StepEncoder, StepWriter};
 /// How many times a key may be taken over (its owner crashed or stalled
 /// past its lease) before it is settled as failed.
 pub const DEFAULT_MAX_TAKEOVERS: u32 = 10;
-
-/// Why a durable-steps run stopped that is about the steps themselves.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StepsError {
-    /// The run reached different steps, or in another order, than the ones
-    /// recorded under the key: the code changed under a running operation.
-    /// Nothing was recorded; the key is handed to the next call, which
-    /// resumes if its code matches the journal.
-    #[error(
-        "the steps differ from the ones recorded under this key at step {position}: \
-         recorded {recorded:?}, this run {}; the code changed under a running operation",
-        requested.as_deref().map_or_else(|| "ended there".to_owned(), |n| format!("asked for {n:?}"))
-    )]
-    Diverged {
-        /// The index (from 0) of the first step that differs.
-        position: usize,
-        /// The name recorded at that position.
-        recorded: String,
-        /// The name this run asked for there, or `None` if the run finished
-        /// before reaching it.
-        requested: Option<String>,
-    },
-    /// The key was taken over more times than allowed and is settled as
-    /// failed; every later call gets this again.
-    #[error(
-        "the operation was taken over {} times (its workers kept dying) and is settled as failed; steps recorded: {:?}",
-        .0.takeovers, .0.steps
-    )]
-    Poisoned(Poisoned),
-    /// An earlier step of this run could not be recorded (its lease was
-    /// lost, or the store failed after the step ran); the run cannot go on.
-    /// A retry resumes from what the store holds.
-    #[error("an earlier step of this run could not be recorded; retry to resume from the store")]
-    Interrupted,
-}
 
 /// The history kept with a key settled as failed after too many takeovers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

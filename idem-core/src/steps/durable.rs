@@ -18,7 +18,8 @@ use crate::{Error, Fingerprint, Idempotent, Key, Lease, When};
 use super::journal::{replay_failure, Journal, PoisonedRecord};
 use super::step::Steps;
 use super::step::{Inner, Journaled};
-use super::{Poisoned, StepsError, DEFAULT_MAX_TAKEOVERS};
+use super::{Poisoned, DEFAULT_MAX_TAKEOVERS};
+use crate::StepsError;
 
 // As in `Idempotent::begin`: each lost takeover means another caller
 // changed the record; a few rounds settle it.

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 
-use super::{Poisoned, StepsError};
+use super::Poisoned;
+use crate::StepsError;
 
 // Marks a payload as a step journal, with the version of its layout.
 pub(super) const JOURNAL_VERSION: u32 = 1;

@@ -15,7 +15,7 @@ use crate::{Error, Key, Lease, When};
 
 use super::journal::Journal;
 use super::writer::StepWriter;
-use super::StepsError;
+use crate::StepsError;
 
 /// The steps context the work of [`Durable::execute`](crate::Durable::execute) gets: run each
 /// effect through [`step`](Steps::step) (or [`remote`](Steps::remote), or a

@@ -18,7 +18,7 @@ use super::step::{Journaled, Steps};
 /// transaction, and then calls [`committed`](StepWriter::committed) or
 /// [`lost`](StepWriter::lost). Dropped without either (the commit failed
 /// and may or may not have landed), it stops the run: later steps are
-/// [`StepsError::Interrupted`](super::StepsError::Interrupted) and a retry resumes from the store.
+/// [`StepsError::Interrupted`](crate::StepsError::Interrupted) and a retry resumes from the store.
 pub struct StepWriter {
     pub(super) state: OwnedMutexGuard<Journaled>,
     pub(super) steps: Steps,
