@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::errors::{self, raise};
 use crate::json;
-use crate::runtime::{awaitable, block_on};
+use crate::runtime::{awaitable, block_on, Active};
 use crate::store::Store;
 
 /// The settings of one decorated function.
@@ -45,7 +45,13 @@ impl Settings {
 
     /// Claims `key` for `body`, or finds its outcome. The key is checked
     /// before the store is opened: an invalid key touches nothing.
-    async fn begin(&self, key: String, scope: String, body: Value) -> Result<Begun, Error> {
+    async fn begin(
+        &self,
+        active: &Active,
+        key: String,
+        scope: String,
+        body: Value,
+    ) -> Result<Begun, Error> {
         Key::new(&self.namespace, &scope, &key)?;
         let store = self
             .store
@@ -61,7 +67,7 @@ impl Settings {
             .begin_json::<Value, Value, Infallible>(&key, &body)
             .await
         {
-            Ok(BeginJson::Run(lease)) => Ok(Begun::Run(Running::start(lease))),
+            Ok(BeginJson::Run(lease)) => Ok(Begun::Run(Running::start(lease, active.also()))),
             Ok(BeginJson::Replayed(value)) => Ok(Begun::Replayed(value)),
             Err(Error::Remembered(value)) => Ok(Begun::Remembered(value)),
             Err(error) => Err(error),
@@ -82,11 +88,13 @@ struct Running {
     lease: Lease,
     done: oneshot::Sender<()>,
     heartbeat: JoinHandle<bool>,
+    // A fork while the lease is held leaves the threads running.
+    _active: Active,
 }
 
 impl Running {
     /// Starts renewing the lease; call it on the runtime.
-    fn start(lease: Lease) -> Running {
+    fn start(lease: Lease, active: Active) -> Running {
         let (done, finished) = oneshot::channel::<()>();
         let renewed = lease.clone();
         let heartbeat = tokio::spawn(async move {
@@ -103,6 +111,7 @@ impl Running {
             lease,
             done,
             heartbeat,
+            _active: active,
         }
     }
 
@@ -198,7 +207,10 @@ impl Guard {
         let key = client_key(key)?;
         let body = body_json(body)?;
         let settings = self.settings.clone();
-        let begun = block_on(py, async move { settings.begin(key, scope, body).await });
+        let active = Active::enter(py);
+        let begun = block_on(py, async move {
+            settings.begin(&active, key, scope, body).await
+        });
         self.answer(py, begun)
     }
 
@@ -214,8 +226,9 @@ impl Guard {
         let body = body_json(body)?;
         let settings = slf.get().settings.clone();
         let guard = slf.unbind();
+        let active = Active::enter(py);
         awaitable(py, async move {
-            let begun = settings.begin(key, scope, body).await;
+            let begun = settings.begin(&active, key, scope, body).await;
             Python::attach(|py| {
                 let answer = guard.get().answer(py, begun)?;
                 answer

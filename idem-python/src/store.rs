@@ -1,6 +1,6 @@
 //! `open_store(url)`: a store named by URL, opened lazily in each process.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use idem_core::store::{Store as CoreStore, StoreError};
 use idem_stores::{StoreKind, StoreUrl};
@@ -16,15 +16,50 @@ pub(crate) struct Store {
     // The store as opened in one process. A forked child finds another
     // process id here and opens its own: connections, pools and SQLite's
     // writer thread do not survive a fork.
-    opened: Mutex<Option<(u32, Arc<Opening>)>>,
+    opened: Arc<Opened>,
 }
 
 /// One process's store, opened by the first call that needs it.
 type Opening = OnceCell<Arc<dyn CoreStore>>;
 
+/// A store's opening and the process it was made in.
+type Opened = Mutex<Option<(u32, Arc<Opening>)>>;
+
+/// Every store made, so that a fork can close those opened (see the
+/// runtime module).
+static MADE: Mutex<Vec<Weak<Opened>>> = Mutex::new(Vec::new());
+
+/// Takes every store opened in this process out of its `Store`, which
+/// opens it again on its next use: the caller drops them.
+pub(crate) fn close_all() -> Vec<Arc<dyn CoreStore>> {
+    let pid = std::process::id();
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    made.retain(|opened| opened.strong_count() > 0);
+    let mut closed = Vec::new();
+    for opened in made.iter().filter_map(Weak::upgrade) {
+        let mut opened = opened.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((owner, cell)) = opened.take() {
+            if owner == pid {
+                closed.extend(cell.get().cloned());
+            }
+        }
+    }
+    closed
+}
+
 impl Store {
     /// The store, opened in this process on its first use.
     pub(crate) async fn open(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
+        if let Some(calls) = crate::runtime::forked_while_busy() {
+            return Err(StoreError::config(
+                "python",
+                format!(
+                    "this process was forked while {calls} idempotent call(s) ran in its \
+                     parent, whose threads and connections could not be closed first; \
+                     fork before making calls or while none runs"
+                ),
+            ));
+        }
         let pid = std::process::id();
         let cell = {
             let mut opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
@@ -79,9 +114,9 @@ pub(crate) fn open_store(url: &str, name: Option<String>) -> PyResult<Store> {
             known.join(", ")
         ))
     })?;
-    Ok(Store {
-        url,
-        name,
-        opened: Mutex::new(None),
-    })
+    let opened = Arc::new(Mutex::new(None));
+    MADE.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Arc::downgrade(&opened));
+    Ok(Store { url, name, opened })
 }

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from idempotence import Mismatch, idempotent, open_store
+from idempotence import Mismatch, StoreError, idempotent, open_store
 
 SHARED = ["sqlite", "redis", "postgres", "mysql"]
 
@@ -27,7 +27,10 @@ def shared_url(request: pytest.FixtureRequest, tmp_path) -> str:
     return server_url(request.param)
 
 
-def _worker(url: str, namespace: str, keys: int, duplicates: int, runs, answers) -> None:
+KEYS, DUPLICATES, PROCESSES, THREADS = 200, 20, 4, 40
+
+
+def _worker(url: str, namespace: str, runs, answers, go) -> None:
     # Forked after the parent opened and used the store: the child opens
     # its own store on its own runtime.
     store = open_store(url)
@@ -38,29 +41,38 @@ def _worker(url: str, namespace: str, keys: int, duplicates: int, runs, answers)
             runs.value += 1
         return f"{key}@{os.getpid()}"
 
-    results = {}
+    # Each process calls every key DUPLICATES / PROCESSES times, in the same
+    # order as the others: the duplicates of a key meet across threads and
+    # processes at once.
+    calls = [f"k-{k}" for k in range(KEYS) for _ in range(DUPLICATES // PROCESSES)]
+    results: dict = {}
+    failures: list = []
+    lock = threading.Lock()
 
-    def one(key: str) -> None:
-        results.setdefault(key, set()).add(work(key, 1))
+    def drain() -> None:
+        while True:
+            with lock:
+                if not calls:
+                    return
+                key = calls.pop(0)
+            try:
+                value = work(key, 1)
+            except Exception as error:  # reported to the parent, which fails
+                failures.append(repr(error))
+                continue
+            with lock:
+                results.setdefault(key, set()).add(value)
 
-    threads = [
-        threading.Thread(target=one, args=(f"k-{k}",))
-        for _ in range(duplicates)
-        for k in range(keys)
-    ]
+    threads = [threading.Thread(target=drain) for _ in range(THREADS)]
+    go.wait()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    answers.put({key: sorted(values) for key, values in results.items()})
+    answers.put(({key: sorted(values) for key, values in results.items()}, failures))
 
 
-# A known defect, open: on a fresh clone's build, workers forked after the
-# parent made a call hung here on SQLite and MariaDB (no error, no answer),
-# though they passed 20 of 20 on a developer's build. Not run until found.
-@pytest.mark.xfail(run=False, reason="forked workers hung on SQLite and MariaDB; open defect")
 def test_a_stampede_across_forked_processes_runs_each_key_once(shared_url, namespace):
-    keys, processes, duplicates = 50, 5, 2
     # The parent uses the store first, so the children inherit an opened
     # store and a started runtime, and must make their own.
     store = open_store(shared_url)
@@ -73,20 +85,23 @@ def test_a_stampede_across_forked_processes_runs_each_key_once(shared_url, names
     context = multiprocessing.get_context("fork")
     runs = context.Value("i", 0)
     answers = context.Queue()
+    go = context.Event()
     workers = [
-        context.Process(target=_worker, args=(shared_url, namespace, keys, duplicates, runs, answers))
-        for _ in range(processes)
+        context.Process(target=_worker, args=(shared_url, namespace, runs, answers, go))
+        for _ in range(PROCESSES)
     ]
     for worker in workers:
         worker.start()
+    go.set()
     outcomes = [answers.get(timeout=120) for _ in workers]
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    # 10 calls per key, one execution per key, one outcome per key.
-    assert runs.value == keys
-    for k in range(keys):
-        seen = {value for outcome in outcomes for value in outcome[f"k-{k}"]}
+    assert [failures for _, failures in outcomes] == [[]] * PROCESSES
+    # DUPLICATES calls per key, one execution per key, one outcome per key.
+    assert runs.value == KEYS
+    for k in range(KEYS):
+        seen = {value for outcome, _ in outcomes for value in outcome[f"k-{k}"]}
         assert len(seen) == 1, seen
 
 
@@ -176,3 +191,48 @@ def test_rust_execute_and_python_share_one_outcome(shared_url, namespace):
     with pytest.raises(Mismatch):
         charge("rust-first", {**order, "currency": "USD"})
     assert runs == ["py-first"]
+
+
+def test_a_fork_while_a_call_runs_leaves_a_child_that_refuses_calls(namespace, tmp_path):
+    # The parent's threads cannot be stopped while its call holds a lease,
+    # so the child refuses to use a copy of them: an error, never a hang.
+    url = f"sqlite:{tmp_path / 'busy.db'}"
+    store = open_store(url)
+    started, finish = threading.Event(), threading.Event()
+
+    @idempotent(store, key="key", namespace=namespace)
+    def slow(key: str) -> int:
+        started.set()
+        assert finish.wait(30)
+        return 1
+
+    owner = threading.Thread(target=slow, args=("busy-1",))
+    owner.start()
+    assert started.wait(30)
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+
+    def child(answers) -> None:
+        try:
+            _forked_call(url, namespace, answers)
+        except StoreError as error:
+            answers.put(("refused", error.work_ran, str(error)))
+
+    try:
+        worker = context.Process(target=child, args=(answers,))
+        worker.start()
+        answer = answers.get(timeout=60)
+        worker.join(60)
+    finally:
+        finish.set()
+        owner.join(30)
+    assert answer[:2] == ("refused", False), answer
+    assert "forked while 1 idempotent call" in answer[2]
+    # Once the call is done, a fork stops the threads first and the child
+    # works.
+    worker = context.Process(target=_forked_call, args=(url, namespace, answers))
+    worker.start()
+    result, pid = answers.get(timeout=60)
+    worker.join(60)
+    assert result == pid == worker.pid
+
