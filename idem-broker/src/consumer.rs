@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_core::backoff::Backoff;
 use idem_core::store::State;
 use idem_core::{Error as IdemError, Idempotent};
-use idem_inbox::Backoff;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;

@@ -132,7 +132,6 @@ pub use consumer::{Consumer, ConsumerConfig, KeyFn, Outcome, Stats};
 pub use delivery::{Delivery, Source};
 pub use error::BrokerError;
 pub use handler::{Handler, HandlerError, Message};
-pub use idem_inbox::Backoff;
 
 #[cfg(feature = "nats")]
 pub use async_nats;

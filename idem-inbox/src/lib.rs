@@ -5,7 +5,8 @@
 //! the body's digest where the signature covers neither the id nor a
 //! timestamp → enqueue durably on a [`queue`] → answer 2xx → a [`Worker`]
 //! claims the job and runs its [`Handler`] under idem's `execute` keyed by
-//! the event → done, retry later with [`Backoff`], or dead letter.
+//! the event → done, retry later with
+//! [`Backoff`](idem_core::backoff::Backoff), or dead letter.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -49,11 +50,12 @@
 //!   to a broker instead of a table (its consumer then handles the events).
 //! * [`Worker`]: bounded concurrency, heartbeats, graceful shutdown,
 //!   retries with full-jitter backoff, `Retry-After`, dead letters.
-//! * [`RateLimiter`]: an outbound token bucket per destination.
+//! * Handlers that call rate-limited APIs pace them with idem-http's
+//!   [`RateLimiter`](idem_http::ratelimit::RateLimiter), a token bucket
+//!   per destination.
 //! * `conformance` (feature): the kit that proves a queue backend.
 #![forbid(unsafe_code)]
 
-pub mod backoff;
 mod clock;
 mod completer;
 #[cfg(feature = "conformance")]
@@ -62,15 +64,12 @@ pub mod enqueue;
 pub mod handler;
 mod metrics;
 pub mod queue;
-pub mod ratelimit;
 pub mod verify;
 pub mod worker;
 
-pub use backoff::Backoff;
 pub use clock::Clock;
 pub use enqueue::Enqueue;
 pub use handler::{Event, Handler, HandlerError};
-pub use ratelimit::RateLimiter;
 pub use worker::{Outcome, Worker, WorkerConfig};
 pub mod receiver;
 pub use receiver::{Received, Receiver, Rejection};

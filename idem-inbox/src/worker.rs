@@ -12,10 +12,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::backoff::Backoff;
 use crate::completer::Completer;
 use crate::handler::{Event, Handler, HandlerError};
 use crate::queue::{Job, Queue, QueueError};
+use idem_core::backoff::Backoff;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use idem_core::backoff::Backoff;
 use idem_core::{Idempotent, MemoryStore};
 use idem_inbox::queue::{JobState, Queue};
 use idem_inbox::verify::StandardWebhooks;
-use idem_inbox::{Backoff, Event, Receiver, Worker, WorkerConfig};
+use idem_inbox::{Event, Receiver, Worker, WorkerConfig};
 use rand::Rng;
 use tokio::time::Instant;
 

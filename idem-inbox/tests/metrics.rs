@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use http::HeaderMap;
+use idem_core::backoff::Backoff;
 use idem_core::{Idempotent, MemoryStore};
 use idem_inbox::queue::Queue;
 use idem_inbox::verify::SecretHeader;
-use idem_inbox::{Backoff, Event, HandlerError, Outcome, Receiver, Worker, WorkerConfig};
+use idem_inbox::{Event, HandlerError, Outcome, Receiver, Worker, WorkerConfig};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// Every counter increment recorded so far, as (name, labels, increment).

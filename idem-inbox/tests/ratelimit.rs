@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_inbox::RateLimiter;
+use idem_http::ratelimit::RateLimiter;
 use tokio::time::Instant;
 
 #[tokio::test(start_paused = true)]

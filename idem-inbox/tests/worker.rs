@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use idem_core::backoff::Backoff;
 use idem_core::{Idempotent, MemoryStore};
 use idem_inbox::queue::{JobState, NewJob, Queue};
 use idem_inbox::worker::handle_once;
-use idem_inbox::{Backoff, Clock, Event, HandlerError, Outcome, Worker, WorkerConfig};
+use idem_inbox::{Clock, Event, HandlerError, Outcome, Worker, WorkerConfig};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 

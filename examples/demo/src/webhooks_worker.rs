@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_core::backoff::Backoff;
+use idem_http::ratelimit::RateLimiter;
 use idem_inbox::queue::Queue;
-use idem_inbox::{Backoff, Event, HandlerError, RateLimiter, Worker, WorkerConfig};
+use idem_inbox::{Event, HandlerError, Worker, WorkerConfig};
 
 use crate::webhooks::{InboxSpec, WebhooksError, DEMO_LEASE};
 use crate::webhooks_effects::EffectBook;

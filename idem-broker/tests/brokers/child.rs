@@ -33,7 +33,7 @@ fn config() -> ConsumerConfig {
         // Redeliveries that meet a live lease count as deliveries: kills
         // make many, and none of them is a poison message.
         .with_max_deliveries(1000)
-        .with_backoff(idem_broker::Backoff::new(
+        .with_backoff(idem_core::backoff::Backoff::new(
             Duration::from_millis(20),
             Duration::from_millis(200),
         ))

@@ -80,7 +80,7 @@ fn quick() -> ConsumerConfig {
     ConsumerConfig::default()
         .with_concurrency(4)
         .with_poll(Duration::from_millis(100))
-        .with_backoff(idem_broker::Backoff::new(
+        .with_backoff(idem_core::backoff::Backoff::new(
             Duration::from_millis(20),
             Duration::from_millis(200),
         ))
