@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the Node package's tests against the addon the workspace's debug
+# build made (target/debug/deps/libidem_node.so, found by lib/native.js):
+# no second build. Test dependencies are installed by `npm ci` from the
+# lockfile into target/node, again only when package-lock.json changes.
+# Arguments go to `node --test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=${CARGO_TARGET_DIR:-target}
+export CARGO_TARGET_DIR=$(cd "$target" && pwd)
+if [[ ! -f $target/debug/libidem_node.so && ! -f $target/debug/deps/libidem_node.so ]]; then
+    echo "no libidem_node.so in $target/debug: build the workspace first (cargo test --no-run)" >&2
+    exit 1
+fi
+
+# The lockfile's packages, kept under target/ and linked as node_modules.
+modules=$target/node
+if ! cmp -s idem-node/package-lock.json "$modules/package-lock.json" 2>/dev/null; then
+    rm -rf "$modules"
+    mkdir -p "$modules"
+    cp idem-node/package.json idem-node/package-lock.json "$modules/"
+    (cd "$modules" && npm ci --no-audit --no-fund --loglevel=error --cache "$PWD/.npm-cache")
+    mkdir -p "$modules/node_modules"
+fi
+ln -sfn "$(cd "$modules" && pwd)/node_modules" idem-node/node_modules
+
+# The Rust side of the interop tests, as the workspace build made them.
+export IDEM_NODE_INTEROP=${IDEM_NODE_INTEROP:-$CARGO_TARGET_DIR/debug/examples/interop}
+export IDEM_NODE_RECORD=${IDEM_NODE_RECORD:-$CARGO_TARGET_DIR/debug/examples/record}
+export IDEM_PYTHON_SITE=${IDEM_PYTHON_SITE:-$CARGO_TARGET_DIR/python/site}
+export IDEM_PYTHON=${IDEM_PYTHON:-$CARGO_TARGET_DIR/python/venv/bin/python}
+cd idem-node
+node --test "$@" test/*.test.js

@@ -1,0 +1,89 @@
+// Types of the `idempotence` package's JavaScript API (index.js). Written
+// by hand: the addon's own surface (lib/native.js) is internal.
+
+/** A store named by URL; opened by the first call that uses it. */
+export interface Store {
+  /** The store's URL, without its password. */
+  readonly url: string;
+}
+
+/**
+ * Names a store by URL: `memory`, `sqlite:PATH`, `redis://…`, `rediss://…`,
+ * `postgres://…`, `mysql://…` or `mariadb://…`. Throws a TypeError (that
+ * does not repeat the URL) for any other. `name` is a Redis key prefix or a
+ * SQL table.
+ */
+export function openStore(url: string, options?: { name?: string }): Store;
+
+/** Picks a value from a call's arguments: an argument's index, a property
+ * of the first argument (an object), or a function given the arguments. */
+export type Pick<A extends unknown[], T> = number | string | ((...args: A) => T);
+
+export interface IdempotentOptions<A extends unknown[]> {
+  /** Where outcomes are kept. */
+  store: Store;
+  /** Where the idempotency key is: 1 to 255 visible ASCII characters. */
+  key: Pick<A, string>;
+  /**
+   * What makes the request, fingerprinted as canonical JSON in Rust. By
+   * default: every argument but the key's (an array) for an index key; the
+   * first argument without its key property for a property key; every
+   * argument for a function key.
+   */
+  body?: Pick<A, unknown>;
+  /** Separates applications sharing one store. Default "". */
+  namespace?: string;
+  /** The tenant or principal owning the key. Default "". */
+  scope?: string | ((...args: A) => string);
+  /** Seconds a crashed call blocks its key; renewed every third of it while
+   * the function runs. Default 60. */
+  lease?: number;
+  /** Seconds an outcome is replayed. Default 86400. */
+  retention?: number;
+  /** If set, seconds a call that finds the key in progress waits for the
+   * outcome instead of throwing InProgressError. */
+  wait?: number;
+  /**
+   * Errors recorded and thrown again to every retry, by class or by a
+   * predicate; any other thrown error releases the key, so a retry runs
+   * the function again. A remembered error is stored as
+   * `{"type": constructor name, "args": [message]}`.
+   */
+  remember?: Array<new (...args: any[]) => Error> | ((error: Error) => boolean);
+}
+
+/**
+ * Wraps `fn` so that it runs once per idempotency key; every retry with the
+ * same key and arguments gets its outcome. Values travel as
+ * `JSON.stringify` makes them; the first call returns the function's own
+ * value, a replay its JSON form (`undefined` is recorded as `null`).
+ */
+export function makeIdempotent<A extends unknown[], R>(
+  fn: (...args: A) => Promise<R> | R,
+  options: IdempotentOptions<A>,
+): (...args: A) => Promise<R>;
+
+/** Base class of every error this package throws. */
+export class IdempotencyError extends Error {}
+/** The key breaks the rules; nothing was touched. */
+export class InvalidKeyError extends IdempotencyError {}
+/** The key was first used with different arguments; nothing ran. */
+export class MismatchError extends IdempotencyError {}
+/** Another call holds the key; `retryAfter` is its lease's time left, in seconds. */
+export class InProgressError extends IdempotencyError {
+  readonly retryAfter: number;
+}
+/** The store failed; `workRan` says whether the function had run. */
+export class StoreError extends IdempotencyError {
+  readonly workRan: boolean;
+}
+/** The function ran but its lease was lost; its outcome was not recorded. */
+export class LeaseLostError extends IdempotencyError {}
+/** The arguments or the return value are not JSON. */
+export class EncodeError extends IdempotencyError {}
+/** A recorded outcome is not valid JSON: the record is damaged. */
+export class DecodeError extends IdempotencyError {}
+/** A remembered failure of a class this function does not name. */
+export class RememberedError extends IdempotencyError {
+  readonly value: unknown;
+}
