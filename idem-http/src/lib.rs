@@ -284,6 +284,7 @@
 mod exchange;
 mod fingerprint;
 pub mod form;
+pub mod handoff;
 mod header;
 mod keysource;
 mod metrics;
@@ -309,6 +310,7 @@ pub use exchange::{Admission, BoxError, Collected, Reply, RequestContext, Respon
 pub use fingerprint::{
     canonical_fingerprint, fingerprint, lazy_fingerprint, raw_fingerprint, SCHEME,
 };
+pub use handoff::{Answer, AnswerBody, HandoffError, Run, Start};
 pub use header::{client_key, KeyHeaderError};
 pub use keysource::KeySource;
 pub use options::{Options, DEFAULT_MAX_STREAMED_BODY, DEFAULT_MAX_WAIT};
