@@ -21,6 +21,10 @@ pub enum StoreKind {
     Postgres,
     /// `MySqlStore`, on MariaDB.
     MySql,
+    /// `DynamoStore` (feature `dynamodb`). Not in [`StoreKind::ALL`]: the
+    /// tools and tests that run every store need its emulator first.
+    #[cfg(feature = "dynamodb")]
+    DynamoDb,
 }
 
 /// What keeps one user's records apart from another's on the same
@@ -45,7 +49,11 @@ pub struct UnknownStore(pub String);
 impl fmt::Display for UnknownStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "unknown store {:?}; known: ", self.0)?;
-        let forms: Vec<_> = StoreKind::ALL.iter().map(|k| k.url_form()).collect();
+        let forms: Vec<_> = StoreKind::ALL
+            .iter()
+            .chain(StoreKind::OPTIONAL)
+            .map(|k| k.url_form())
+            .collect();
         f.write_str(&forms.join(", "))
     }
 }
@@ -53,7 +61,8 @@ impl fmt::Display for UnknownStore {
 impl std::error::Error for UnknownStore {}
 
 impl StoreKind {
-    /// Every store, in the order reports list them.
+    /// Every store the tools and the test matrix run, in the order reports
+    /// list them; [`StoreKind::OPTIONAL`] holds the others.
     pub const ALL: [StoreKind; 5] = [
         StoreKind::Memory,
         StoreKind::Sqlite,
@@ -62,7 +71,17 @@ impl StoreKind {
         StoreKind::MySql,
     ];
 
-    /// Its short name: `memory`, `sqlite`, `redis`, `postgres`, `mysql`.
+    /// The stores behind a feature that are not in [`StoreKind::ALL`]:
+    /// DynamoDB, with the `dynamodb` feature.
+    #[cfg(feature = "dynamodb")]
+    pub const OPTIONAL: &'static [StoreKind] = &[StoreKind::DynamoDb];
+    /// The stores behind a feature that are not in [`StoreKind::ALL`]:
+    /// DynamoDB, with the `dynamodb` feature.
+    #[cfg(not(feature = "dynamodb"))]
+    pub const OPTIONAL: &'static [StoreKind] = &[];
+
+    /// Its short name: `memory`, `sqlite`, `redis`, `postgres`, `mysql`,
+    /// `dynamodb`.
     pub const fn name(self) -> &'static str {
         match self {
             StoreKind::Memory => "memory",
@@ -70,6 +89,8 @@ impl StoreKind {
             StoreKind::Redis => "redis",
             StoreKind::Postgres => "postgres",
             StoreKind::MySql => "mysql",
+            #[cfg(feature = "dynamodb")]
+            StoreKind::DynamoDb => "dynamodb",
         }
     }
 
@@ -81,6 +102,8 @@ impl StoreKind {
             StoreKind::Redis => &["redis", "rediss"],
             StoreKind::Postgres => &["postgres", "postgresql"],
             StoreKind::MySql => &["mysql", "mariadb"],
+            #[cfg(feature = "dynamodb")]
+            StoreKind::DynamoDb => &["dynamodb"],
         }
     }
 
@@ -91,6 +114,8 @@ impl StoreKind {
             StoreKind::Sqlite => Isolation::File,
             StoreKind::Redis => Isolation::KeyPrefix,
             StoreKind::Postgres | StoreKind::MySql => Isolation::Table,
+            #[cfg(feature = "dynamodb")]
+            StoreKind::DynamoDb => Isolation::Table,
         }
     }
 
@@ -99,7 +124,9 @@ impl StoreKind {
     pub fn of_url(url: &str) -> Option<StoreKind> {
         let scheme = url.split(':').next().unwrap_or("");
         StoreKind::ALL
-            .into_iter()
+            .iter()
+            .chain(StoreKind::OPTIONAL)
+            .copied()
             .find(|kind| kind.schemes().contains(&scheme))
     }
 
@@ -140,6 +167,16 @@ impl StoreKind {
                 store.migrate().await?;
                 Arc::new(store)
             }
+            #[cfg(feature = "dynamodb")]
+            StoreKind::DynamoDb => {
+                let mut store = idem_dynamodb::DynamoStore::connect(location).await?;
+                if let Some(name) = name {
+                    // A table name allows `_`, `-` and `.`, not `:`.
+                    store = store.with_table(name)?;
+                    store.create_table().await?;
+                }
+                Arc::new(store)
+            }
         })
     }
 
@@ -147,6 +184,10 @@ impl StoreKind {
     /// `redis://HOST`, ….
     pub fn url_form(self) -> String {
         let scheme = self.schemes()[0];
+        #[cfg(feature = "dynamodb")]
+        if self == StoreKind::DynamoDb {
+            return format!("{scheme}://TABLE?region=REGION");
+        }
         match self.isolation() {
             Isolation::Process => scheme.to_owned(),
             Isolation::File => format!("{scheme}:PATH"),
@@ -168,7 +209,9 @@ impl FromStr for StoreKind {
     /// A store by its [`name`](StoreKind::name).
     fn from_str(name: &str) -> Result<StoreKind, UnknownStore> {
         StoreKind::ALL
-            .into_iter()
+            .iter()
+            .chain(StoreKind::OPTIONAL)
+            .copied()
             .find(|kind| kind.name() == name)
             .ok_or_else(|| UnknownStore(name.to_owned()))
     }
@@ -198,5 +241,22 @@ mod tests {
         assert_eq!(StoreKind::of_url("ftp://x"), None);
         let unknown = UnknownStore("ftp://x".into()).to_string();
         assert!(unknown.contains("sqlite:PATH") && unknown.contains("mysql://HOST/DB"));
+    }
+
+    #[cfg(feature = "dynamodb")]
+    #[test]
+    fn dynamodb_urls_name_the_dynamodb_store() {
+        let kind = StoreKind::DynamoDb;
+        assert_eq!(
+            StoreKind::of_url("dynamodb://idem?region=eu-west-1"),
+            Some(kind)
+        );
+        assert_eq!("dynamodb".parse::<StoreKind>(), Ok(kind));
+        assert!(!StoreKind::ALL.contains(&kind));
+        let unknown = UnknownStore("ftp://x".into()).to_string();
+        assert!(
+            unknown.contains("dynamodb://TABLE?region=REGION"),
+            "{unknown}"
+        );
     }
 }

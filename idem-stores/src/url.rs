@@ -146,6 +146,11 @@ mod tests {
         assert_eq!(parse("postgresql://h/db").kind(), StoreKind::Postgres);
         assert_eq!(parse("mariadb://h/db").kind(), StoreKind::MySql);
         assert_eq!(parse("redis://h").path(), None);
+        #[cfg(feature = "dynamodb")]
+        assert_eq!(
+            parse("dynamodb://idem?region=eu-west-1").kind(),
+            StoreKind::DynamoDb
+        );
         for bad in [
             "mongodb://h/db",
             "sqlite:",
