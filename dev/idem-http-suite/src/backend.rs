@@ -1,11 +1,29 @@
 //! The stores every case runs on, from idem-testing's store list.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use idem_core::store::Store;
 use idem_core::Idempotent;
 use idem_http::Options;
-use idem_testing::{unique_name, Cleanup, StoreKind, TestStore};
+use idem_testing::{unique_name, Cleanup, Isolation, StoreKind, TestStore};
+
+/// Where each backend's store lives, for an app in another process that
+/// opens it by URL (`Adapter::FastApi`): the store, its URL and its name.
+type Located = (Weak<dyn Store>, String, String);
+static LOCATIONS: Mutex<Vec<Located>> = Mutex::new(Vec::new());
+
+/// The URL (as `idempotence.open_store` takes it) and the name of a
+/// backend's store; `None` for a store no backend made, or memory, which
+/// lives in its own process only.
+pub(crate) fn store_url(store: &Arc<dyn Store>) -> Option<(String, String)> {
+    let wanted = Arc::as_ptr(store).cast::<()>();
+    let mut locations = LOCATIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    locations.retain(|(store, _, _)| store.strong_count() > 0);
+    locations
+        .iter()
+        .find(|(store, _, _)| store.as_ptr().cast::<()>() == wanted)
+        .map(|(_, url, name)| (url.clone(), name.clone()))
+}
 
 /// One store the cases run on, with the guard that cleans it up.
 #[derive(Debug)]
@@ -37,6 +55,17 @@ pub async fn backends() -> Vec<Backend> {
     let mut backends = Vec::new();
     for kind in StoreKind::ALL {
         if let Some(fresh) = kind.fresh().await {
+            let url = match kind.isolation() {
+                Isolation::Process => None,
+                Isolation::File => Some(format!("sqlite:{}", fresh.location)),
+                _ => Some(fresh.location.clone()),
+            };
+            if let Some(url) = url {
+                LOCATIONS
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((Arc::downgrade(&fresh.store), url, fresh.name.clone()));
+            }
             backends.push(Backend {
                 name: kind.name(),
                 store: fresh.store,

@@ -1,8 +1,9 @@
 //! The HTTP behaviour suite every idem adapter passes: the same apps behind
-//! `idem-tower` (axum) and `idem-actix` (actix-web), and `idem-proxy` in
+//! `idem-tower` (axum) and `idem-actix` (actix-web), `idem-proxy` in
 //! front of the same routes written in Python (`http.server`) and Node.js
-//! (`node:http`), served on 127.0.0.1, driven by a real client, on every
-//! store.
+//! (`node:http`), and the same routes in FastAPI behind the `idempotence`
+//! package's ASGI middleware, served on 127.0.0.1, driven by a real
+//! client, on every store.
 //!
 //! A case takes an [`Adapter`] and a [`Backend`]; [`on_every_adapter_and_backend`]
 //! runs it on each pair. A new adapter is one more [`Adapter`] variant and
@@ -13,6 +14,7 @@ mod actix_app;
 mod axum_app;
 mod backend;
 mod client;
+mod fastapi_app;
 mod proxy_app;
 
 use std::future::Future;
@@ -37,23 +39,48 @@ pub enum Adapter {
     ProxyPython,
     /// `idem_proxy::Proxy` in front of `examples/proxy-node/upstream.js`.
     ProxyNode,
+    /// `idempotence.IdempotencyMiddleware` (idem-python) in front of a
+    /// FastAPI app (`src/fastapi_app.py`) served by uvicorn in a child
+    /// process, which opens the backend's store by URL. It runs when
+    /// `IDEM_HTTP_SUITE_PYTHON` names an interpreter with the package,
+    /// FastAPI and uvicorn (idem-python/ci.sh runs the suite so), and not
+    /// on memory, whose records live in one process.
+    FastApi,
 }
 
 /// Every adapter, in the order cases run them.
-pub const ADAPTERS: [Adapter; 4] = [
+pub const ADAPTERS: [Adapter; 5] = [
     Adapter::Tower,
     Adapter::Actix,
     Adapter::ProxyPython,
     Adapter::ProxyNode,
+    Adapter::FastApi,
 ];
 
 /// The adapters that can run here: a proxy's upstream needs its
 /// interpreter, and one that is missing is skipped with a printed reason
-/// (or fails the case when `CI` is set).
+/// (or fails the case when `CI` is set). `Adapter::FastApi` runs when
+/// `IDEM_HTTP_SUITE_PYTHON` is set, and `IDEM_HTTP_SUITE_ADAPTERS=fastapi`
+/// runs it alone (idem-python/ci.sh does, once the package is built).
 pub fn adapters() -> Vec<Adapter> {
+    let only_fastapi = std::env::var("IDEM_HTTP_SUITE_ADAPTERS").is_ok_and(|a| a == "fastapi");
     ADAPTERS
         .into_iter()
-        .filter(|adapter| adapter.language().is_none_or(Language::available))
+        .filter(|adapter| !only_fastapi || *adapter == Adapter::FastApi)
+        .filter(|adapter| match adapter {
+            Adapter::FastApi => fastapi_app::python().is_some(),
+            _ => adapter.language().is_none_or(Language::available),
+        })
+        .collect()
+}
+
+/// The adapters that take any `Store` value: all but `Adapter::FastApi`,
+/// whose app opens its store by URL in another process, so a store made
+/// in a case (one that fails, hangs or counts) cannot reach it.
+pub fn adapters_over_any_store() -> Vec<Adapter> {
+    adapters()
+        .into_iter()
+        .filter(|adapter| *adapter != Adapter::FastApi)
         .collect()
 }
 
@@ -71,7 +98,7 @@ impl Adapter {
     /// The language of the upstream behind a proxy.
     pub fn language(self) -> Option<Language> {
         match self {
-            Adapter::Tower | Adapter::Actix => None,
+            Adapter::Tower | Adapter::Actix | Adapter::FastApi => None,
             Adapter::ProxyPython => Some(Language::Python),
             Adapter::ProxyNode => Some(Language::Node),
         }
@@ -86,19 +113,38 @@ impl Adapter {
     /// As [`start`](Self::start), with the scope taken as `scope` says.
     pub async fn start_scoped(self, options: Options, scope: Scope) -> (String, Arc<Handlers>) {
         let (addr, handlers) = match self.language() {
+            None if self == Adapter::FastApi => {
+                let app = Arc::new(fastapi_app::App::start(&options, scope));
+                let addr = app.addr().to_owned();
+                // As a proxy's task: a case that drops its handlers still
+                // talks to the app, until the case's runtime ends.
+                let held = Arc::clone(&app);
+                tokio::spawn(async move {
+                    std::future::pending::<()>().await;
+                    drop(held);
+                });
+                let handlers = Handlers {
+                    fastapi: Some(app),
+                    ..Handlers::default()
+                };
+                (addr, Arc::new(handlers))
+            }
             None => {
                 let handlers = Arc::new(Handlers::default());
                 let addr = match self {
                     Adapter::Actix => actix_app::serve(options, scope, Arc::clone(&handlers)),
                     _ => axum_app::serve(options, scope, Arc::clone(&handlers)).await,
                 };
+                let addr = addr.to_string();
                 (addr, handlers)
             }
             Some(language) => {
                 // The proxy's task holds the process too: a case that drops
                 // its handlers still talks to the upstream through it.
                 let upstream = Arc::new(Upstream::start(language));
-                let addr = proxy_app::serve(options, scope, Arc::clone(&upstream)).await;
+                let addr = proxy_app::serve(options, scope, Arc::clone(&upstream))
+                    .await
+                    .to_string();
                 let handlers = Handlers {
                     upstream: Some(upstream),
                     ..Handlers::default()
@@ -119,6 +165,10 @@ where
 {
     for adapter in adapters() {
         for backend in backends().await {
+            if adapter == Adapter::FastApi && backend.name == "memory" {
+                // Its records live in the suite's process, out of the app's reach.
+                continue;
+            }
             println!("adapter: {adapter:?}, backend: {}", backend.name);
             case(adapter, backend).await;
         }
@@ -126,13 +176,15 @@ where
 }
 
 /// The handlers behind the middleware, counting their runs: in this
-/// process, or in the upstream process behind a proxy.
+/// process, in the upstream process behind a proxy, or in the FastAPI
+/// app's process.
 #[derive(Debug)]
 pub struct Handlers {
     runs: AtomicUsize,
     /// `/gated` waits here for a permit.
     gate: Semaphore,
     upstream: Option<Arc<Upstream>>,
+    fastapi: Option<Arc<fastapi_app::App>>,
 }
 
 impl Default for Handlers {
@@ -141,6 +193,7 @@ impl Default for Handlers {
             runs: AtomicUsize::new(0),
             gate: Semaphore::new(0),
             upstream: None,
+            fastapi: None,
         }
     }
 }
@@ -149,17 +202,19 @@ impl Handlers {
     /// How many times a handler has run (for an upstream, one blocking
     /// call to its `GET /effects`).
     pub fn runs(&self) -> usize {
-        match &self.upstream {
-            Some(upstream) => upstream.runs(),
-            None => self.runs.load(Ordering::SeqCst),
+        match (&self.upstream, &self.fastapi) {
+            (Some(upstream), _) => upstream.runs(),
+            (_, Some(app)) => app.runs(),
+            _ => self.runs.load(Ordering::SeqCst),
         }
     }
 
     /// Lets one request waiting at `/gated` through.
     pub fn open_gate(&self) {
-        match &self.upstream {
-            Some(upstream) => upstream.open_gate(),
-            None => self.gate.add_permits(1),
+        match (&self.upstream, &self.fastapi) {
+            (Some(upstream), _) => upstream.open_gate(),
+            (_, Some(app)) => app.open_gate(),
+            _ => self.gate.add_permits(1),
         }
     }
 

@@ -11,8 +11,8 @@ use idem_core::store::{Insert, NewRecord, Record, State as RecordState, Store, S
 use idem_core::{Begin, Fingerprint, MemoryStore};
 use idem_http::Options;
 use idem_http_suite::{
-    adapters, eventually, on_every_adapter_and_backend, post, problem, Adapter, Backend, BIG_BODY,
-    BODY,
+    adapters_over_any_store, eventually, on_every_adapter_and_backend, post, problem, Adapter,
+    Backend, BIG_BODY, BODY,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -52,7 +52,7 @@ impl Store for DownStore {
 
 #[tokio::test]
 async fn a_store_failure_is_503_and_runs_nothing() {
-    for adapter in adapters() {
+    for adapter in adapters_over_any_store() {
         let store: Arc<dyn Store> = Arc::new(DownStore);
         let (url, handlers) = adapter
             .start(Options::from_idempotent(idem_core::Idempotent::from_arc(
@@ -81,7 +81,7 @@ async fn a_store_failure_is_503_and_runs_nothing() {
 
 #[tokio::test]
 async fn fail_open_runs_the_handler_unprotected_when_the_store_fails() {
-    for adapter in adapters() {
+    for adapter in adapters_over_any_store() {
         let (url, handlers) = adapter.start(Options::new(DownStore).fail_open(true)).await;
         let client = reqwest::Client::new();
         for run in 1..=2 {
@@ -127,7 +127,7 @@ impl Store for HungStore {
 
 #[tokio::test]
 async fn a_store_that_hangs_is_a_store_failure_after_the_timeout() {
-    for adapter in adapters() {
+    for adapter in adapters_over_any_store() {
         let layer = Options::new(HungStore).with_store_timeout(Duration::from_millis(100));
         let (url, handlers) = adapter.start(layer.clone()).await;
         let client = reqwest::Client::new();
@@ -195,7 +195,7 @@ impl Store for RecordFailsOnce {
 
 #[tokio::test]
 async fn a_store_blip_while_recording_is_retried_so_the_retry_is_a_replay() {
-    for adapter in adapters() {
+    for adapter in adapters_over_any_store() {
         let (url, handlers) = adapter
             .start(Options::new(RecordFailsOnce::default()))
             .await;
@@ -315,7 +315,10 @@ async fn a_panicking_handler_keeps_its_key_until_the_lease_lapses() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
         // A proxy sees an upstream's failure as a broken connection, which
         // it answers with 502 and releases (idem-proxy's tests/upstream.rs).
-        if adapter.language().is_some() {
+        // Python has no panic: an exception before the response releases
+        // the key, as a Rust handler's error does (idem-python's
+        // tests/test_asgi.py).
+        if adapter.language().is_some() || adapter == Adapter::FastApi {
             return;
         }
         // Long enough for the panic to be reported and the retry answered on
@@ -407,7 +410,7 @@ impl Store for SlowAnswer {
 // run or release it, and every retry got 409 for a whole lease.
 #[tokio::test]
 async fn a_client_that_hangs_up_while_the_claim_is_in_flight_can_retry_at_once() {
-    for adapter in adapters() {
+    for adapter in adapters_over_any_store() {
         let landed = Arc::new(AtomicBool::new(false));
         let store = SlowAnswer {
             inner: MemoryStore::new(),

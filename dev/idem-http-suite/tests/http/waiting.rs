@@ -22,6 +22,11 @@ fn counted(backend: &Backend) -> (Options, CountingStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_prefers_to_wait_gets_the_originals_response_instead_of_409() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
+        // The counting store lives in this process; the FastAPI app's is
+        // its own (idem-python's tests/test_asgi.py waits there).
+        if adapter == Adapter::FastApi {
+            return;
+        }
         let (options, counting) = counted(&backend);
         let (url, handlers) = adapter.start(options).await;
         let client = reqwest::Client::new();
@@ -66,7 +71,7 @@ async fn a_request_that_prefers_to_wait_gets_the_originals_response_instead_of_4
 async fn the_wait_is_capped_by_the_layer_and_then_answered_409() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
         let cap = Duration::from_millis(600);
-        let (options, _) = counted(&backend);
+        let options = backend.options();
         let (url, handlers) = adapter.start(options.with_max_wait(cap)).await;
         let client = reqwest::Client::new();
         let gated = format!("{url}/gated");
