@@ -30,7 +30,7 @@
 //!             run.answer().await.unwrap()
 //!         }
 //!         Start::Answer(answer) => answer,
-//!         Start::Pass => unreachable!("a POST with a key is protected"),
+//!         _ => unreachable!("a POST with a key is protected"),
 //!     };
 //!     statuses.push((answer.status, answer.body.next().await.unwrap().unwrap()));
 //! }
