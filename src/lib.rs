@@ -35,6 +35,7 @@
 //! | `redis` | `idem::redis` | the Redis and Redis Cluster store |
 //! | `postgres` | `idem::postgres` | the PostgreSQL store |
 //! | `mysql` | `idem::mysql` | the MariaDB and MySQL store |
+//! | `dynamodb` | `idem::dynamodb` | the DynamoDB store |
 //! | `stores` | `idem::stores` | every store by name and URL |
 //! | `http` | `idem::http` | the Idempotency-Key protocol without a framework |
 //! | `tower` | `idem::tower` | middleware for tower, axum and hyper |
@@ -71,6 +72,9 @@ pub use idem_client as client;
 #[cfg(feature = "conformance")]
 #[doc(inline)]
 pub use idem_conformance as conformance;
+#[cfg(feature = "dynamodb")]
+#[doc(inline)]
+pub use idem_dynamodb as dynamodb;
 #[cfg(feature = "http")]
 #[doc(inline)]
 pub use idem_http as http;
@@ -118,6 +122,8 @@ mod guide {
     mod introduction {}
     #[doc = include_str!("../docs/src/stores.md")]
     mod stores {}
+    #[doc = include_str!("../docs/src/dynamodb.md")]
+    mod dynamodb {}
     #[doc = include_str!("../docs/src/http.md")]
     mod http {}
     #[doc = include_str!("../docs/src/proxy.md")]
