@@ -13,8 +13,24 @@ pub struct Token([u8; 16]);
 
 impl Token {
     /// A fresh random token.
+    ///
+    /// Drawn from the thread's generator, which is reseeded from the OS
+    /// first in a process forked since its last draw. A fork copies the
+    /// generator's state: without the reseed, parent and child (or two
+    /// children) draw the same tokens, and a claim by one looks like the
+    /// other's own, so both run the work.
     pub fn random() -> Token {
-        Token(rand::random())
+        thread_local! {
+            static DRAWN_IN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let pid = std::process::id();
+        let mut rng = rand::rng();
+        if DRAWN_IN.with(|drawn| drawn.replace(pid)) != pid {
+            // A failed reseed keeps the old state; the OS source failing is
+            // not worth failing a claim over in a process that never forked.
+            let _ = rng.reseed();
+        }
+        Token(rand::Rng::random(&mut rng))
     }
 
     /// Wraps a token read back from a store.
