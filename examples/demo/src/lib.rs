@@ -65,9 +65,6 @@ mod store;
 mod storm;
 mod verify;
 mod webhooks;
-mod webhooks_effects;
-mod webhooks_provider;
-mod webhooks_worker;
 
 pub use app::{router, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use chaos::{storm_with_chaos, ChaosReport, CHAOS_LEASE};
@@ -78,7 +75,7 @@ pub use report::Report;
 pub use server::{RunningServer, DEFAULT_GATEWAY_LATENCY};
 pub use store::{StoreKind, StoreSpec, StoreSpecError};
 pub use storm::{run_storm, storm_in_process, StormConfig, StormError};
+pub use webhooks::worker::run_webhooks_worker;
 pub use webhooks::{
     run_webhooks, InboxSpec, WebhooksConfig, WebhooksError, WebhooksReport, DEMO_LEASE,
 };
-pub use webhooks_worker::run_webhooks_worker;

@@ -11,8 +11,10 @@ use idem_demo::{
     run_storm, storm_in_process, RunningServer, StoreSpec, StormConfig, DEFAULT_GATEWAY_LATENCY,
 };
 
-mod chaos_cli;
-mod webhooks_cli;
+mod cli {
+    pub(crate) mod chaos;
+    pub(crate) mod webhooks;
+}
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -33,10 +35,10 @@ enum Command {
     /// Fire a retry storm at a payments API and check its ledger.
     Storm(StormArgs),
     /// Run the webhook inbox end to end and check every event took effect once.
-    Webhooks(webhooks_cli::WebhooksArgs),
+    Webhooks(cli::webhooks::WebhooksArgs),
     /// The worker `webhooks --chaos` runs as a child process.
     #[command(hide = true)]
-    WebhooksWorker(webhooks_cli::WorkerArgs),
+    WebhooksWorker(cli::webhooks::WorkerArgs),
 }
 
 /// The store `serve` uses when given none.
@@ -125,8 +127,8 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Storm(args) => storm(args).await,
-        Command::Webhooks(args) => webhooks_cli::webhooks(args).await,
-        Command::WebhooksWorker(args) => webhooks_cli::worker(args).await,
+        Command::Webhooks(args) => cli::webhooks::webhooks(args).await,
+        Command::WebhooksWorker(args) => cli::webhooks::worker(args).await,
     }
 }
 
@@ -153,7 +155,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let latency = Duration::from_millis(args.latency_ms);
-    let started = match chaos_cli::open_book(&spec).await {
+    let started = match cli::chaos::open_book(&spec).await {
         Ok(Some(_)) if args.near_cache => {
             tracing::error!(store = %spec,
                 "--near-cache is for redis:// and memory: with a SQL store the charges are \
@@ -204,7 +206,7 @@ async fn storm(args: StormArgs) -> ExitCode {
         config.payments, config.clients, config.seed
     );
     if let Some(kills) = args.chaos {
-        return chaos_cli::storm(args.store, kills, &config).await;
+        return cli::chaos::storm(args.store, kills, &config).await;
     }
     let result = match &args.url {
         Some(url) => run_storm(url, &config).await,

@@ -30,8 +30,12 @@ use idem_inbox::verify::StandardWebhooks;
 use idem_inbox::Receiver;
 use rand::Rng;
 
-use crate::webhooks_effects::EffectBook;
-use crate::webhooks_provider::{deliver, plan, SECRET};
+use effects::EffectBook;
+use provider::{deliver, plan, SECRET};
+
+mod effects;
+mod provider;
+pub(crate) mod worker;
 
 /// The source the demo's events come from.
 const SOURCE: &str = "provider";
@@ -310,7 +314,7 @@ pub async fn run_webhooks(
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (inbox, concurrency) = (inbox.clone(), config.concurrency);
         let task = tokio::spawn(async move {
-            crate::webhooks_worker::run_webhooks_worker(&inbox, concurrency, async {
+            worker::run_webhooks_worker(&inbox, concurrency, async {
                 let _ = stopped.await;
             })
             .await

@@ -10,8 +10,8 @@ use idem_http::ratelimit::RateLimiter;
 use idem_inbox::queue::Queue;
 use idem_inbox::{Event, HandlerError, Worker, WorkerConfig};
 
+use super::effects::EffectBook;
 use crate::webhooks::{InboxSpec, WebhooksError, DEMO_LEASE};
-use crate::webhooks_effects::EffectBook;
 
 /// The outbound API's destination name for the rate limiter.
 const REPLIES: &str = "replies";
