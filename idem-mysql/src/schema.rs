@@ -38,6 +38,20 @@ pub(crate) type TableName = idem_sql::TableName<Names>;
 // `DATETIME(6)` rather than `TIMESTAMP(6)` because the latter ends in 2038.
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
+/// The fenced completion, built from the store's swap statement: the same
+/// update, matching only inside a transaction the server has open.
+///
+/// sqlx counts the transactions it began, but InnoDB ends a transaction on
+/// its own when it picks it as a deadlock victim, and a `COMMIT` sent as
+/// raw SQL ends it behind sqlx's back; the update would then run in
+/// autocommit and record the outcome apart from the business writes, which
+/// are gone or already committed. `@@in_transaction` (MariaDB) is the
+/// server's own answer, read by the statement itself, so no extra round
+/// trip is spent on the check.
+fn fenced_completion(swap: &str) -> String {
+    format!("{swap} AND @@in_transaction = 1")
+}
+
 /// Every statement a store runs, built once from its table name.
 ///
 /// Parameters are positional (`?`), so each statement's doc says the order
@@ -139,7 +153,7 @@ impl Statements {
                  ON DUPLICATE KEY UPDATE {set_on_conflict} \
                  RETURNING {columns}"
             ),
-            complete_in: crate::tx::fenced_completion(&swap),
+            complete_in: fenced_completion(&swap),
             swap,
             take_over: format!(
                 "UPDATE {t} SET {set_new} WHERE {owned_live_in_flight} \

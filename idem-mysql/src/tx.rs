@@ -5,7 +5,7 @@
 //! the caller is told) is idem-core's
 //! [`execute_in_store_tx`](idem_core::Idempotent::execute_in_store_tx),
 //! shared with the other SQL stores; this file supplies MariaDB's
-//! transaction and its fenced update.
+//! transaction and runs the fenced update that `schema.rs` builds.
 
 use std::future::Future;
 
@@ -23,20 +23,6 @@ use crate::{MySqlStore, BACKEND};
 /// The future a transactional work closure returns (defined in idem-core,
 /// shared by every SQL store): write `|tx| Box::pin(async move { … })`.
 pub use idem_core::store::TxFuture;
-
-/// The fenced completion, built from the store's swap statement: the same
-/// update, matching only inside a transaction the server has open.
-///
-/// sqlx counts the transactions it began, but InnoDB ends a transaction on
-/// its own when it picks it as a deadlock victim, and a `COMMIT` sent as
-/// raw SQL ends it behind sqlx's back; the update would then run in
-/// autocommit and record the outcome apart from the business writes, which
-/// are gone or already committed. `@@in_transaction` (MariaDB) is the
-/// server's own answer, read by the statement itself, so no extra round
-/// trip is spent on the check.
-pub(crate) fn fenced_completion(swap: &str) -> String {
-    format!("{swap} AND @@in_transaction = 1")
-}
 
 impl MySqlStore {
     /// Opens a transaction on the store's pool, for business writes whose

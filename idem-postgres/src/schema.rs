@@ -49,6 +49,24 @@ fn index(name: &TableName) -> String {
 // transaction when the caller's pool runs statements inside one.
 pub(crate) const NOW: &str = "statement_timestamp()";
 
+/// The fenced completion, built from the store's swap statement: the same
+/// update, answered with the count of rows it changed and the database it
+/// ran in, so that a lost lease can be told from a transaction on another
+/// database.
+fn fenced_completion(swap: &str, channel: Option<&str>) -> String {
+    // The notification is queued in the caller's transaction and sent at
+    // its commit, never for a rollback.
+    let changed = match channel {
+        Some(channel) => format!("SELECT pg_notify('{channel}', key) FROM done"),
+        None => "SELECT FROM done".to_owned(),
+    };
+    format!(
+        "WITH done AS ({swap} RETURNING key) \
+         SELECT (SELECT count(*) FROM ({changed}) AS n) AS changed, \
+         current_database()::text AS database"
+    )
+}
+
 /// Every statement a store runs, built once from its table name.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
@@ -124,7 +142,7 @@ impl Statements {
         let remove = format!("DELETE FROM {t} WHERE {owned_live_in_flight}");
         Statements {
             claim_many: crate::batch::claim_statement(&t),
-            complete_in: crate::tx::fenced_completion(&swap, channel.as_deref()),
+            complete_in: fenced_completion(&swap, channel.as_deref()),
             settle: notifying(&swap),
             remove: notifying(&remove),
             channel,

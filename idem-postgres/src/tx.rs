@@ -18,24 +18,6 @@ use crate::{PostgresStore, BACKEND};
 /// shared by every SQL store): write `|tx| Box::pin(async move { … })`.
 pub use idem_core::store::TxFuture;
 
-/// The fenced completion, built from the store's swap statement: the same
-/// update, answered with the count of rows it changed and the database it
-/// ran in, so that a lost lease can be told from a transaction on another
-/// database.
-pub(crate) fn fenced_completion(swap: &str, channel: Option<&str>) -> String {
-    // The notification is queued in the caller's transaction and sent at
-    // its commit, never for a rollback.
-    let changed = match channel {
-        Some(channel) => format!("SELECT pg_notify('{channel}', key) FROM done"),
-        None => "SELECT FROM done".to_owned(),
-    };
-    format!(
-        "WITH done AS ({swap} RETURNING key) \
-         SELECT (SELECT count(*) FROM ({changed}) AS n) AS changed, \
-         current_database()::text AS database"
-    )
-}
-
 impl PostgresStore {
     /// Opens a transaction on the store's pool, for business writes whose
     /// outcome [`complete_in`](PostgresStore::complete_in) records inside it:
