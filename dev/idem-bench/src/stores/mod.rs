@@ -16,6 +16,7 @@ pub(crate) mod memory;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod redis;
+pub(crate) mod sql;
 pub(crate) mod sqlite;
 pub(crate) mod target;
 

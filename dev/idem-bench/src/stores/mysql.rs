@@ -2,21 +2,18 @@
 //! the same sqlx pool, with round trips from the pool's own session
 //! counters.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_core::store::{Record, Store};
-use idem_core::{Fingerprint, Idempotent};
-use idem_mysql::{raw, MySqlStore};
+use idem_mysql::MySqlStore;
 use sqlx::{Executor, Row};
 
-use crate::bench::{Bench, Contestant, Counters, Kind};
-use crate::fixture::{self, BoxError, LEASE, RETENTION};
-use crate::protocols::IdemRow;
+use crate::bench::{Bench, Contestant, Counters};
+use crate::fixture::BoxError;
 use crate::report::Report;
-use crate::runner::{Outcome, Protocol};
+use crate::stores::sql;
 use crate::stores::target::{self, Footprint, Target};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,57 +89,11 @@ impl Bench for MySqlBench {
     }
 
     fn contestants(&self) -> Vec<Contestant> {
-        let raw: Arc<dyn Protocol> = Arc::new(Raw {
-            store: self.store.clone(),
-            fingerprint: fixture::fingerprint(),
-            payload: fixture::outcome_payload(),
-        });
-        let store: Arc<dyn Store> = Arc::new(self.store.clone());
-        let idem: Arc<dyn Protocol> = Arc::new(IdemRow::new(Idempotent::from_arc(store.clone())));
         let insert = format!(
             "INSERT INTO `{}_charges` (`key`, amount) VALUES (?, ?)",
             self.store.table()
         );
-        let raw_tx: Arc<dyn Protocol> = Arc::new(RawTx {
-            store: self.store.clone(),
-            fingerprint: fixture::fingerprint(),
-            payload: fixture::outcome_payload(),
-            insert: insert.clone(),
-        });
-        let idem_tx: Arc<dyn Protocol> = Arc::new(IdemTx {
-            store: self.store.clone(),
-            idem: Idempotent::from_arc(store).with_retention(RETENTION),
-            body: fixture::Order::sample(),
-            outcome: fixture::outcome(),
-            insert,
-        });
-        let statements = |d: &Counters| d.get("stmt").copied().unwrap_or(0);
-        vec![
-            Contestant {
-                kind: Kind::Raw,
-                make: Box::new(move || raw.clone()),
-                fresh: false,
-                round_trips: statements,
-            },
-            Contestant {
-                kind: Kind::Idem,
-                make: Box::new(move || idem.clone()),
-                fresh: false,
-                round_trips: statements,
-            },
-            Contestant {
-                kind: Kind::RawTx,
-                make: Box::new(move || raw_tx.clone()),
-                fresh: false,
-                round_trips: statements,
-            },
-            Contestant {
-                kind: Kind::IdemTx,
-                make: Box::new(move || idem_tx.clone()),
-                fresh: false,
-                round_trips: statements,
-            },
-        ]
+        sql::contestants(&self.store, insert, |d| d.get("stmt").copied().unwrap_or(0))
     }
 
     async fn tidy(&self) -> Result<(), BoxError> {
@@ -162,129 +113,6 @@ impl Bench for MySqlBench {
         .execute(self.store.pool())
         .await?;
         Ok(())
-    }
-}
-
-/// The store's own claim and complete statements, bare (the helper
-/// idem-mysql keeps for this comparison).
-struct Raw {
-    store: MySqlStore,
-    fingerprint: Fingerprint,
-    payload: Vec<u8>,
-}
-
-#[async_trait]
-impl Protocol for Raw {
-    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
-        let token = fixture::token();
-        let (token, fingerprint) = (token.as_bytes(), self.fingerprint.as_bytes());
-        match raw::claim(&self.store, key, token, fingerprint, LEASE, RETENTION).await? {
-            raw::Claimed::Inserted => {
-                let done = raw::complete(
-                    &self.store,
-                    key,
-                    token,
-                    fingerprint,
-                    &self.payload,
-                    RETENTION,
-                )
-                .await?;
-                if done {
-                    Ok(Outcome::Ran)
-                } else {
-                    Err("raw completion lost its claim".into())
-                }
-            }
-            raw::Claimed::Found { state: 0, .. } => Ok(Outcome::InProgress),
-            raw::Claimed::Found { .. } => Ok(Outcome::Replayed),
-        }
-    }
-}
-
-/// The raw protocol with its effect in one transaction: the bare claim,
-/// then `BEGIN`, a business insert, the bare token-conditioned complete,
-/// `COMMIT`.
-struct RawTx {
-    store: MySqlStore,
-    fingerprint: Fingerprint,
-    payload: Vec<u8>,
-    insert: String,
-}
-
-#[async_trait]
-impl Protocol for RawTx {
-    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
-        let token = fixture::token();
-        let (token, fingerprint) = (token.as_bytes(), self.fingerprint.as_bytes());
-        match raw::claim(&self.store, key, token, fingerprint, LEASE, RETENTION).await? {
-            raw::Claimed::Inserted => {
-                let mut tx = self.store.pool().begin().await?;
-                sqlx::query(&self.insert)
-                    .bind(key)
-                    .bind(1250_i64)
-                    .execute(&mut *tx)
-                    .await?;
-                let done = raw::complete_in(
-                    &mut tx,
-                    &self.store,
-                    key,
-                    token,
-                    fingerprint,
-                    &self.payload,
-                    RETENTION,
-                )
-                .await?;
-                if !done {
-                    return Err("raw completion lost its claim".into());
-                }
-                tx.commit().await?;
-                Ok(Outcome::Ran)
-            }
-            raw::Claimed::Found { state: 0, .. } => Ok(Outcome::InProgress),
-            raw::Claimed::Found { .. } => Ok(Outcome::Replayed),
-        }
-    }
-}
-
-/// `execute_in_tx` with the same business insert.
-struct IdemTx {
-    store: MySqlStore,
-    idem: Idempotent,
-    body: fixture::Order,
-    outcome: String,
-    insert: String,
-}
-
-#[async_trait]
-impl Protocol for IdemTx {
-    async fn op(&self, key: &str) -> Result<Outcome, BoxError> {
-        let ran = Arc::new(AtomicBool::new(false));
-        let (flag, insert, outcome, key_row) = (
-            Arc::clone(&ran),
-            self.insert.clone(),
-            self.outcome.clone(),
-            key.to_owned(),
-        );
-        let result: Result<String, idem_core::Error<sqlx::Error>> = self
-            .store
-            .execute_in_tx(&self.idem, key, &self.body, move |tx| {
-                Box::pin(async move {
-                    flag.store(true, Ordering::Relaxed);
-                    sqlx::query(&insert)
-                        .bind(key_row)
-                        .bind(1250_i64)
-                        .execute(&mut *tx)
-                        .await?;
-                    Ok(outcome)
-                })
-            })
-            .await;
-        match result {
-            Ok(_) if ran.load(Ordering::Relaxed) => Ok(Outcome::Ran),
-            Ok(_) => Ok(Outcome::Replayed),
-            Err(idem_core::Error::InProgress { .. }) => Ok(Outcome::InProgress),
-            Err(error) => Err(error.into()),
-        }
     }
 }
 
