@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_stores::StoreKind;
+use idem_testing::Server;
 
 use crate::stores::Places;
 
@@ -12,22 +13,22 @@ use crate::stores::Places;
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Servers {
     /// Redis server.
-    #[arg(long, env = "IDEM_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(long, env = Server::Redis.env_var(), default_value = Server::Redis.default_url())]
     pub(crate) redis_url: String,
 
     /// PostgreSQL server.
     #[arg(
         long,
-        env = "IDEM_POSTGRES_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+        env = Server::Postgres.env_var(),
+        default_value = Server::Postgres.default_url()
     )]
     pub(crate) postgres_url: String,
 
     /// MariaDB server.
     #[arg(
         long,
-        env = "IDEM_MYSQL_URL",
-        default_value = "mysql://root@127.0.0.1:3306/test"
+        env = Server::MySql.env_var(),
+        default_value = Server::MySql.default_url()
     )]
     pub(crate) mysql_url: String,
 

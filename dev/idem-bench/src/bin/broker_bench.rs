@@ -50,6 +50,7 @@ use idem_broker::{
 };
 use idem_core::store::{Insert, NewRecord, Record, Store, StoreError, Token};
 use idem_core::Idempotent;
+use idem_testing::Server;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -88,20 +89,20 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "redis,sqlite")]
     stores: Vec<String>,
     /// Redis (the work, the Streams broker and the Redis store).
-    #[arg(long, env = "IDEM_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(long, env = Server::Redis.env_var(), default_value = Server::Redis.default_url())]
     redis_url: String,
     /// NATS with JetStream.
-    #[arg(long, env = "IDEM_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(long, env = Server::Nats.env_var(), default_value = Server::Nats.default_url())]
     nats_url: String,
     /// RabbitMQ.
     #[arg(
         long,
-        env = "IDEM_AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        env = Server::Amqp.env_var(),
+        default_value = Server::Amqp.default_url()
     )]
     amqp_url: String,
     /// A Kafka-protocol broker (`host:port`).
-    #[arg(long, env = "IDEM_KAFKA_URL", default_value = "127.0.0.1:9092")]
+    #[arg(long, env = Server::Kafka.env_var(), default_value = Server::Kafka.default_url())]
     kafka_url: String,
     /// Bytes of each Kafka message's payload.
     #[arg(long, default_value_t = 1024)]

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use crate::fixture::{self, BoxError};
 use crate::serve;
 use clap::Parser;
+use idem_testing::Server;
 
 /// Serves axum behind `IdempotencyLayer`, actix-web behind
 /// `IdempotencyMiddleware` and each framework's control (one plain store
@@ -25,7 +26,7 @@ struct Args {
     port: u16,
 
     /// Redis server.
-    #[arg(long, env = "IDEM_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(long, env = Server::Redis.env_var(), default_value = Server::Redis.default_url())]
     redis_url: String,
 
     /// Check the servers and exit instead of serving: one request to each,
