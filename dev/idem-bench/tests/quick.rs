@@ -24,6 +24,10 @@ fn serve() -> Command {
     Command::new(env!("CARGO_BIN_EXE_serve-bench"))
 }
 
+fn stream() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_stream-bench"))
+}
+
 #[test]
 fn quick_mode_on_the_memory_store_prints_every_ratio_line_and_draws_a_chart() {
     let dir = tempfile::tempdir().expect("a temporary folder");
@@ -198,7 +202,7 @@ fn scale_mode_fills_measures_weighs_and_purges_the_in_process_stores() {
 /// survive byte for byte (odd spacing, a CRLF line, no final newline).
 fn card() -> String {
     let mut card = String::from("# Card\r\n\nProse   with *spaces*.\n\n");
-    for section in ["results", "http", "wake", "scale"] {
+    for section in ["results", "http", "wake", "scale", "streams"] {
         card.push_str(&format!(
             "<!-- BEGIN idem-bench {section} -->\nstale {section}\n<!-- END idem-bench {section} -->\n\nbetween {section}\n"
         ));
@@ -307,6 +311,37 @@ fn wake_quick_mode_writes_its_table_between_its_markers() {
     assert_eq!(outside(&after, "wake"), outside(&before, "wake"));
     assert!(after.contains("| memory | "), "{after}");
     assert!(after.contains("| sqlite | "), "{after}");
+}
+
+#[test]
+fn stream_quick_mode_writes_the_table_it_prints_between_its_markers() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("BENCHMARKS.md");
+    let before = card();
+    std::fs::write(&path, &before).expect("the card is written");
+    let output = stream()
+        .args(["--quick", "--stores", "sqlite", "--markdown"])
+        .arg(&path)
+        .output()
+        .expect("the harness starts");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8(output.stdout).expect("the table is UTF-8");
+    let after = std::fs::read_to_string(&path).expect("the card is read");
+    assert_eq!(outside(&after, "streams"), outside(&before, "streams"));
+    let (head, tail) = outside(&after, "streams");
+    let written = &after[head.len()..after.len() - tail.len()];
+    // The file holds what the run printed, and the table has its row.
+    assert_eq!(written, printed);
+    assert!(
+        written.starts_with("| store | body | first: s, RSS + MiB |"),
+        "{written}"
+    );
+    assert!(written.contains("\n| sqlite | 4 MiB | "), "{written}");
+    assert!(after.contains("stale results"));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //!
 //! `cargo run --release -p idem-bench --bin stream-bench -- --stores sqlite,postgres,redis`
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,12 +20,15 @@ use clap::Parser;
 use idem_core::Idempotent;
 use idem_http::Options;
 use idem_stores::StoreUrl;
+use idem_testing::Server;
 use idem_tower::IdempotencyLayer;
 use sha2::{Digest, Sha256};
 
 use crate::fixture::{self, BoxError};
+use crate::markdown;
 
-/// Measures chunked recording and replay on each store; prints a table.
+/// Measures chunked recording and replay on each store; prints a table
+/// and, with `--markdown`, writes the same table into the file.
 #[derive(Debug, Parser)]
 #[command(name = "stream-bench", version)]
 struct Args {
@@ -56,22 +60,27 @@ struct Args {
     /// PostgreSQL server.
     #[arg(
         long,
-        env = "IDEM_POSTGRES_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/test"
+        env = Server::Postgres.env_var(),
+        default_value = Server::Postgres.default_url()
     )]
     postgres_url: String,
 
     /// Redis server.
-    #[arg(long, env = "IDEM_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(long, env = Server::Redis.env_var(), default_value = Server::Redis.default_url())]
     redis_url: String,
 
     /// MariaDB server.
     #[arg(
         long,
-        env = "IDEM_MYSQL_URL",
-        default_value = "mysql://root@127.0.0.1:3306/test"
+        env = Server::MySql.env_var(),
+        default_value = Server::MySql.default_url()
     )]
     mysql_url: String,
+
+    /// Rewrite the streamed-responses table in this Markdown file between
+    /// its markers: `--markdown BENCHMARKS.md`.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
 }
 
 /// The frame size of the large body.
@@ -109,11 +118,7 @@ async fn run(args: &Args) -> Result<(), BoxError> {
     let dir = tempfile::tempdir()?;
     let tag = fixture::run_tag();
     let memory = Rss::start();
-    println!(
-        "| store | body | first: s, RSS + MiB | replay: s, RSS + MiB | identical | {} events identical | replay TTFB / bare (median) | 16 KiB first requests / chunking off | / bare |",
-        args.events
-    );
-    println!("|---|---:|---:|---:|---|---|---:|---:|---:|");
+    let mut rows = Vec::new();
     for name in &args.stores {
         let url = match name.as_str() {
             "sqlite" => format!("sqlite:{}", dir.path().join("stream.db").display()),
@@ -125,14 +130,42 @@ async fn run(args: &Args) -> Result<(), BoxError> {
         let url: StoreUrl = url.parse()?;
         let store = url.open_named(&format!("stream_{tag}")).await?;
         let idem = Idempotent::from_arc(store).with_namespace(format!("stream-{tag}"));
-        let row = measure(args, idem, &memory).await?;
-        println!("| {name} | {row}");
+        let mut row = vec![name.clone()];
+        row.extend(measure(args, idem, &memory).await?);
+        eprintln!("stream-bench: {name} measured");
+        rows.push(row);
+    }
+    let table = table(args.events, rows);
+    print!("{table}");
+    if let Some(path) = &args.markdown {
+        markdown::rewrite(path, &[("streams", table)])?;
     }
     Ok(())
 }
 
-/// One store's row.
-async fn measure(args: &Args, idem: Idempotent, memory: &Rss) -> Result<String, BoxError> {
+/// The table a run prints and writes: a row per store, its cells in the
+/// order of the columns.
+fn table(events: usize, rows: Vec<Vec<String>>) -> String {
+    let events = format!("{events} events identical");
+    let mut table = markdown::Table::new(&[
+        "store",
+        ">body",
+        ">first: s, RSS + MiB",
+        ">replay: s, RSS + MiB",
+        "identical",
+        &events,
+        ">replay TTFB / bare (median)",
+        ">16 KiB first requests / chunking off",
+        ">/ bare",
+    ]);
+    for row in rows {
+        table.row(row);
+    }
+    table.render()
+}
+
+/// One store's cells, after its name.
+async fn measure(args: &Args, idem: Idempotent, memory: &Rss) -> Result<Vec<String>, BoxError> {
     let options = Options::from_idempotent(idem);
     // The same layer with chunked recording off: the build before it.
     let whole_only = serve(args, Some(options.clone().with_max_streamed_body(0))).await?;
@@ -175,19 +208,16 @@ async fn measure(args: &Args, idem: Idempotent, memory: &Rss) -> Result<String, 
         small_bare.push(with / without);
     }
     let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
-    Ok(format!(
-        "{} MiB | {:.2}, +{:.1} | {:.2}, +{:.1} | {} | {} | {:.2}× | {:.2}× | {:.2}× |",
-        args.body_mib,
-        first.took.as_secs_f64(),
-        mib(first_rss),
-        replay.took.as_secs_f64(),
-        mib(replay_rss),
-        yes(identical),
-        yes(events_identical),
-        median(&mut ttfb),
-        median(&mut small),
-        median(&mut small_bare),
-    ))
+    Ok(vec![
+        format!("{} MiB", args.body_mib),
+        format!("{:.2}, +{:.1}", first.took.as_secs_f64(), mib(first_rss)),
+        format!("{:.2}, +{:.1}", replay.took.as_secs_f64(), mib(replay_rss)),
+        yes(identical).to_owned(),
+        yes(events_identical).to_owned(),
+        format!("{:.2}×", median(&mut ttfb)),
+        format!("{:.2}×", median(&mut small)),
+        format!("{:.2}×", median(&mut small_bare)),
+    ])
 }
 
 fn yes(is: bool) -> &'static str {
@@ -379,4 +409,49 @@ fn resident() -> u64 {
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(0, |kib| kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_printed_table_is_the_one_written_between_the_markers() {
+        let rows = vec![[
+            "sqlite",
+            "4 MiB",
+            "0.10, +1.0",
+            "0.02, +0.1",
+            "yes",
+            "yes",
+            "0.35×",
+            "0.98×",
+            "0.90×",
+        ]
+        .map(str::to_owned)
+        .to_vec()];
+        let table = table(1_000, rows);
+        assert_eq!(
+            table,
+            "| store | body | first: s, RSS + MiB | replay: s, RSS + MiB | identical \
+             | 1000 events identical | replay TTFB / bare (median) \
+             | 16 KiB first requests / chunking off | / bare |\n\
+             |---|---:|---:|---:|---|---|---:|---:|---:|\n\
+             | sqlite | 4 MiB | 0.10, +1.0 | 0.02, +0.1 | yes | yes | 0.35× | 0.98× | 0.90× |\n"
+        );
+        let card = format!(
+            "# Card\n\nprose\n{}\n| old |\n{}\nmore prose\n",
+            markdown::begin("streams"),
+            markdown::end("streams")
+        );
+        let written = markdown::replace(&card, "streams", &table).unwrap();
+        assert_eq!(
+            written,
+            format!(
+                "# Card\n\nprose\n{}\n{table}{}\nmore prose\n",
+                markdown::begin("streams"),
+                markdown::end("streams")
+            )
+        );
+    }
 }
