@@ -42,3 +42,24 @@ export IDEM_PYTHON_INTEROP=${IDEM_PYTHON_INTEROP:-$target/debug/examples/interop
 # pytest exits 5 when it collects no test; `set -e` fails the run then.
 PYTHONPATH=$(cd "$site" && pwd) "$venv/bin/python" -m pytest idem-python/tests \
     -p no:cacheprovider -ra "$@"
+
+# The HTTP behaviour suite (dev/idem-http-suite) on the FastAPI app behind
+# the ASGI middleware, as the workspace's test build made it: cargo names
+# the binary (no build when it is fresh). IDEM_PYTHON_HTTP_SUITE=skip
+# leaves it out.
+if [[ ${IDEM_PYTHON_HTTP_SUITE:-} != skip ]]; then
+    suite=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and "idem-http-suite" in m["package_id"] and m["target"]["name"] == "http":
+        print(m["executable"])')
+    if [[ -z $suite ]]; then
+        echo "the HTTP suite's test binary was not built" >&2
+        exit 1
+    fi
+    PYTHONPATH=$(cd "$site" && pwd) IDEM_HTTP_SUITE_PYTHON=$(cd "$venv/bin" && pwd)/python \
+        IDEM_HTTP_SUITE_ADAPTERS=fastapi "$suite" -q
+fi

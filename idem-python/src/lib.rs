@@ -7,6 +7,7 @@
 
 mod call;
 mod errors;
+mod http;
 mod json;
 mod runtime;
 mod store;
@@ -20,5 +21,9 @@ fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<store::Store>()?;
     module.add_class::<call::Guard>()?;
     module.add_class::<call::Call>()?;
+    module.add_class::<http::HttpOptions>()?;
+    module.add_class::<http::Policy>()?;
+    module.add_class::<http::Answer>()?;
+    module.add_class::<http::Run>()?;
     Ok(())
 }

@@ -9,11 +9,13 @@
         return {"charge": make_charge(amount, currency)}
 
 The same key and arguments run the function once; every retry gets the
-recorded outcome. The records are idem's: a Rust service on the same store
-and namespace answers the same retries. Every decision is made in Rust by
-idem-core.
+recorded outcome. `IdempotencyMiddleware` does the same for an ASGI app
+(FastAPI, Starlette) over the `Idempotency-Key` header. The records are
+idem's: a Rust service on the same store and namespace answers the same
+retries. Every decision is made in Rust by idem-core and idem-http.
 """
 
+from ._asgi import IdempotencyMiddleware
 from ._decorator import idempotent
 from ._errors import (
     DecodeError,
@@ -26,12 +28,14 @@ from ._errors import (
     Remembered,
     StoreError,
 )
-from ._native import Store, open_store
+from ._native import FingerprintPolicy, Store, open_store
 
 __all__ = [
     "DecodeError",
     "EncodeError",
+    "FingerprintPolicy",
     "IdempotencyError",
+    "IdempotencyMiddleware",
     "InProgress",
     "InvalidKey",
     "LeaseLost",

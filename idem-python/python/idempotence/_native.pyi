@@ -1,6 +1,6 @@
 """Type stubs of the native module (Rust, PyO3)."""
 
-from typing import Any, Awaitable, Optional, Tuple, Type
+from typing import Any, Awaitable, Iterable, List, Optional, Sequence, Tuple, Type, Union
 
 class Store:
     """A store named by URL, opened lazily in each process."""
@@ -42,3 +42,84 @@ class Guard:
     ) -> None: ...
     def begin(self, key: str, scope: str, body: Any) -> Tuple[bool, Any]: ...
     def begin_async(self, key: str, scope: str, body: Any) -> Awaitable[Tuple[bool, Any]]: ...
+
+Headers = Iterable[Tuple[bytes, bytes]]
+
+class FingerprintPolicy:
+    """What a request's fingerprint covers (idem-http's policy).
+
+    ``include`` counts only the values at these JSON Pointers (or form
+    fields and multipart parts of these names); ``exclude`` counts all but
+    them; ``ignore_query`` leaves the query out, ``ignore_query_params``
+    the parameters of these names. Raises ``ValueError`` for a pointer that
+    is neither empty nor starts with ``/``, or for both include and
+    exclude.
+    """
+
+    def __init__(
+        self,
+        *,
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        ignore_query: bool = False,
+        ignore_query_params: Optional[Sequence[str]] = None,
+    ) -> None: ...
+
+class Answer:
+    """A response for the middleware to send (internal)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> List[Tuple[bytes, bytes]]: ...
+    @property
+    def whole(self) -> Optional[bytes]: ...
+    def next(self) -> Awaitable[Optional[bytes]]: ...
+
+class Run:
+    """The application's run the exchange waits for (internal)."""
+
+    def respond(self, status: int, headers: Headers) -> bool: ...
+    def send(self, frame: bytes) -> Awaitable[bool]: ...
+    def end(self) -> None: ...
+    def fail(self, message: str) -> None: ...
+    def abort(self) -> None: ...
+    def answer(self) -> Awaitable[Optional[Answer]]: ...
+
+class HttpOptions:
+    """idem-http's options over a store (internal; see IdempotencyMiddleware)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        namespace: Optional[str] = None,
+        lease: Optional[float] = None,
+        retention: Optional[float] = None,
+        header: Optional[str] = None,
+        require_key: Optional[bool] = None,
+        methods: Optional[Sequence[str]] = None,
+        max_request_body: Optional[int] = None,
+        max_response_body: Optional[int] = None,
+        max_streamed_body: Optional[int] = None,
+        record_server_errors: Optional[bool] = None,
+        fail_open: Optional[bool] = None,
+        store_timeout: Optional[float] = None,
+        max_wait: Optional[float] = None,
+        shared_across_callers: bool = False,
+        check_unscoped_records: Optional[bool] = None,
+        key_pointer: Optional[str] = None,
+        policy: Optional[FingerprintPolicy] = None,
+        routes: Optional[Sequence[Tuple[str, FingerprintPolicy]]] = None,
+    ) -> None: ...
+    @property
+    def max_request_body(self) -> int: ...
+    def admits(self, method_name: str, headers: Headers) -> bool: ...
+    def start(
+        self,
+        method_name: str,
+        target: bytes,
+        headers: Headers,
+        body: bytes,
+        scope: Optional[str] = None,
+    ) -> Awaitable[Union[None, Answer, Run]]: ...
