@@ -126,6 +126,8 @@ mod guide {
     mod dynamodb {}
     #[doc = include_str!("../docs/src/http.md")]
     mod http {}
+    #[doc = include_str!("../docs/src/languages.md")]
+    mod languages {}
     #[doc = include_str!("../docs/src/proxy.md")]
     mod proxy {}
     #[doc = include_str!("../docs/src/grpc.md")]
