@@ -6,7 +6,9 @@
 //! runtime napi-rs keeps, settling each Promise on the event loop.
 
 mod call;
+mod http;
 mod store;
 
 pub use call::{Call, Guard, GuardOptions, Outcome};
+pub use http::{Answer, HttpOptions, HttpOptionsInit, Policy, Run, Started};
 pub use store::{open_store, Store};

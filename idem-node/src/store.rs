@@ -37,6 +37,11 @@ impl Lazy {
             .await?;
         Ok(Arc::clone(store))
     }
+
+    /// The store if it is open already.
+    pub(crate) fn opened(&self) -> Option<&Arc<dyn CoreStore>> {
+        self.opened.get()
+    }
 }
 
 #[napi]
