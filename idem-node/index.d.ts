@@ -87,3 +87,81 @@ export class DecodeError extends IdempotencyError {}
 export class RememberedError extends IdempotencyError {
   readonly value: unknown;
 }
+
+/** What a request's fingerprint covers, beside its method, path and content type. */
+export interface FingerprintPolicy {
+  /** JSON Pointers of the only body fields fingerprinted. */
+  include?: string[];
+  /** JSON Pointers of body fields left out. */
+  exclude?: string[];
+  /** Leaves the whole query string out. */
+  ignoreQuery?: boolean;
+  /** Query parameters left out. */
+  ignoreQueryParams?: string[];
+}
+
+/** The HTTP protocol's settings; every default is the Rust one. */
+export interface HttpOptions {
+  /** Where responses are kept. */
+  store: Store;
+  /** The principal owning keys, from the request (its authenticated user).
+   * Without it keys are scoped by the caller as idem-http reads it. */
+  scope?: (req: import('node:http').IncomingMessage) => string | Promise<string>;
+  /** Separates applications sharing one store. */
+  namespace?: string;
+  /** Seconds a crashed request blocks its key. Default 60. */
+  lease?: number;
+  /** Seconds a response is replayed. Default 86400. */
+  retention?: number;
+  /** The key's header. Default `Idempotency-Key`. */
+  header?: string;
+  /** Refuses a protected request without a key with 400. Default false. */
+  requireKey?: boolean;
+  /** The protected methods. Default POST and PATCH. */
+  methods?: string[];
+  /** The largest request body, bytes; a longer one gets 413. */
+  maxRequestBody?: number;
+  /** The largest response body recorded whole, bytes; longer ones are recorded in chunks. */
+  maxResponseBody?: number;
+  /** The largest response body recorded in chunks, bytes. */
+  maxStreamedBody?: number;
+  /** Records 5xx responses too. Default false: a 5xx releases the key. */
+  recordServerErrors?: boolean;
+  /** Runs the application unprotected when the store fails. Default false. */
+  failOpen?: boolean;
+  /** Seconds one store call may take. */
+  storeTimeout?: number;
+  /** The longest wait a client may ask for, seconds. */
+  maxWait?: number;
+  /** Keys are not scoped by the caller. */
+  sharedAcrossCallers?: boolean;
+  /** Whether a caller-scoped request checks for an unscoped record. */
+  checkUnscopedRecords?: boolean;
+  /** A JSON Pointer to the key in a JSON body, instead of a header. */
+  keyPointer?: string;
+  /** What the fingerprint covers. */
+  policy?: FingerprintPolicy;
+  /** Route patterns (`/payments/{id}`, a last `**`) with their own policies; the first match decides. */
+  routes?: Array<{ pattern: string; policy: FingerprintPolicy }>;
+}
+
+/**
+ * A `node:http` request listener running `handler` once per idempotency
+ * key and replaying its response (status, headers, body bytes) to every
+ * retry, marked `Idempotent-Replayed`. A handler that throws before its
+ * response head releases the key and gets a 500; the error goes to
+ * `onError` (default console.error).
+ */
+export function idempotentHandler(
+  options: HttpOptions & { onError?: (error: unknown) => void },
+  handler: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => unknown,
+): (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => void;
+
+/**
+ * Express middleware doing the same for the routes after it. Put it before
+ * body parsers: it reads the body and puts it back. Errors reach Express's
+ * error handlers; a 5xx is not recorded, so its key is released.
+ */
+export function idempotency(
+  options: HttpOptions,
+): (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, next: (error?: unknown) => void) => void;

@@ -5,8 +5,9 @@
 // services share.
 
 const { openStore, makeIdempotent } = require('./lib/idempotent');
+const { idempotentHandler, idempotency } = require('./lib/http');
 const errors = require('./lib/errors');
 
 const { fromOutcome: _fromOutcome, ...classes } = errors;
 
-module.exports = { openStore, makeIdempotent, ...classes };
+module.exports = { openStore, makeIdempotent, idempotentHandler, idempotency, ...classes };
