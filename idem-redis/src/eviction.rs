@@ -75,7 +75,7 @@ impl Eviction {
             let _checking = ClearOnDrop(&self.checking);
             match store.maxmemory_policies().await {
                 Ok(policies) => {
-                    let evicting = policies.into_iter().find(|p| p.starts_with("allkeys-"));
+                    let evicting = policies.into_iter().find(|p| evicts_records(p));
                     self.refused.store(evicting.is_some(), Ordering::Relaxed);
                     if let Some(policy) = evicting {
                         *self.policy.lock().unwrap_or_else(PoisonError::into_inner) = policy;
@@ -110,6 +110,14 @@ impl Drop for ClearOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
+}
+
+/// Whether a server with this `maxmemory-policy` may evict records: the
+/// `allkeys-*` policies take any key; the `volatile-*` ones only keys with
+/// an expiry, which records never carry. The rule the store's check
+/// applies, for tools that diagnose a server (`idem doctor`).
+pub fn evicts_records(policy: &str) -> bool {
+    policy.starts_with("allkeys-")
 }
 
 impl RedisStore {

@@ -88,5 +88,6 @@ mod tls;
 mod wake;
 
 pub use redis;
+pub use eviction::evicts_records;
 pub use store::{RedisStore, DEFAULT_PREFIX};
 pub use tls::connection_info;
