@@ -38,6 +38,11 @@
 //! idem --store postgres://localhost/app purge --dry-run       # then without --dry-run
 //! ```
 //!
+//! `idem doctor URL` (or with `--store`, `--store-file`, `IDEM_STORE`)
+//! connects as the library would and says what is wrong, a line a check:
+//! the name, the port, TLS, the login, the server, the table or Redis's
+//! memory policy and ACL, the clock. Exit 1 when it finds a problem.
+//!
 //! `inspect` shows the state, the lease and retention left, the token, the
 //! fingerprint, and the outcome's size with a preview (control characters
 //! escaped). `release` is for a key whose worker is known to be dead; a
@@ -58,6 +63,7 @@
 
 #[cfg(feature = "console")]
 mod console;
+mod doctor;
 mod open;
 mod show;
 
@@ -128,6 +134,10 @@ enum Command {
     },
     /// Count records by state. Reads only.
     Stats,
+    /// Connect as the library would and say what is wrong: the name, the
+    /// port, TLS, the login, the server, the table, Redis's memory policy
+    /// and ACL, the clock.
+    Doctor(doctor::DoctorArgs),
     /// Serve a web page over the store: keys by state, a record's page,
     /// and release and reset behind a confirmation.
     #[cfg(feature = "console")]
@@ -177,6 +187,18 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new("off,idem::audit=info"))
         .with_target(true)
         .init();
+    let command = match cli.command {
+        Command::Doctor(args) => {
+            let given = idem_stores::given_url(cli.store.as_deref(), cli.store_file.as_deref())
+                .map_err(|e| e.to_string());
+            let place = doctor::Place {
+                table: cli.table,
+                prefix: cli.prefix,
+            };
+            return doctor::main(given, place, args);
+        }
+        command => command,
+    };
     let url = match idem_stores::given_url(cli.store.as_deref(), cli.store_file.as_deref()) {
         Ok(Some(url)) => url,
         Ok(None) => {
@@ -207,7 +229,7 @@ fn main() -> ExitCode {
         table: cli.table.as_deref(),
         prefix: cli.prefix.as_deref(),
     };
-    match runtime.block_on(run(&target, cli.command)) {
+    match runtime.block_on(run(&target, command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("idem: {message}");
@@ -366,6 +388,7 @@ async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
             println!("purged {total} expired record(s); live records untouched");
             Ok(())
         }
+        Command::Doctor(_) => Err("idem doctor runs before a store is opened".to_owned()),
         #[cfg(feature = "console")]
         Command::Console(args) => console::run(store, open::redact(target.url), args).await,
         Command::Stats => {
