@@ -2,7 +2,11 @@
 //! against SQLite and PostgreSQL holding records the library wrote: what
 //! it lists, what its mends change (counted in executions), what it hides,
 //! and what it refuses; an inbox's dead letters requeued through it and
-//! handled once; an application's rates scraped and counted.
+//! handled once; an application's rates scraped and counted; and the same
+//! in headless Chromium, which also takes the screenshots of the guide.
+
+#[path = "console/webdriver.rs"]
+mod webdriver;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -524,6 +528,276 @@ async fn requeues_dead_letters(kind: StoreKind) {
     assert!(audit.contains("webhook secret rotated"), "{audit}");
 }
 
+/// Serves `handle`'s Prometheus text on a loopback port, as an
+/// application's `/metrics` does; returns its URL.
+async fn serve_metrics(handle: metrics_exporter_prometheus::PrometheusHandle) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buffer = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buffer[..n]),
+                }
+            }
+            let body = handle.render();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+        }
+    });
+    format!("http://{address}/metrics")
+}
+
+/// Where the screenshots go: `IDEM_CONSOLE_SCREENSHOTS`, else under the
+/// target directory.
+fn screenshot_dir() -> std::path::PathBuf {
+    std::env::var_os("IDEM_CONSOLE_SCREENSHOTS").map_or_else(
+        || std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// Reloads `path` in the browser until `cell` reads `expected`, for at
+/// most 20 s: a scrape comes every second.
+async fn wait_for_cell(
+    browser: &webdriver::Browser,
+    base: &str,
+    path: &str,
+    cell: &str,
+    expected: &str,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        browser.open(&format!("{base}{path}")).await;
+        let now = browser.find(cell).await.text().await;
+        if now == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{cell} reads {now}, not {expected}: {}",
+            browser.text().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The console in headless Chromium, as an operator uses it: refused
+/// without its token, logged in by the form; the keys page lists a key in
+/// flight with its lease; a payload stays hidden; a reset through the page
+/// makes the next call run; a dead letter requeued through the page is
+/// handled once; the rates page counts the application's replays and
+/// 422s. The SQLite run writes the guide's screenshots.
+// The metrics recorder is this thread's, on a one-thread runtime: the
+// future never moves to another thread.
+#[allow(clippy::future_not_send)]
+async fn in_a_browser(kind: StoreKind) {
+    let Some(opened) = opened(kind).await else {
+        return;
+    };
+    let Some(browser) = webdriver::Browser::start().await else {
+        return;
+    };
+    // The application's metrics: this thread's recorder, served over HTTP.
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let metrics_url = serve_metrics(recorder.handle()).await;
+    let (queue, inbox_args, _inbox_guard) = inbox_queue(kind).await;
+    let mut extra = vec![
+        "--token",
+        TOKEN,
+        "--metrics",
+        metrics_url.as_str(),
+        "--scrape-every",
+        "1",
+    ];
+    extra.extend(inbox_args.iter().map(String::as_str));
+    let console = opened.console(&extra);
+    let base = console.base.clone();
+    let shots = (kind == StoreKind::Sqlite).then(screenshot_dir);
+
+    browser.open(&format!("{base}/keys")).await;
+    assert!(
+        browser.text().await.contains("Token required"),
+        "{}",
+        browser.text().await
+    );
+    browser.open(&format!("{base}/login")).await;
+    browser
+        .find("input[name=token]")
+        .await
+        .type_text(TOKEN)
+        .await;
+    browser.find("button").await.click().await;
+    assert!(
+        browser.title().await.starts_with("Keys in flight"),
+        "{}",
+        browser.text().await
+    );
+    // The first scrape, before the application does anything.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        browser.open(&format!("{base}/rates")).await;
+        if browser.find("#samples").await.text().await != "0" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no scrape");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    let idem = opened.idem();
+    let fingerprint = Fingerprint::of_json(&json!({"amount": 1250})).unwrap();
+    assert!(matches!(
+        idem.begin("stuck-1", fingerprint).await.unwrap(),
+        Begin::Run(_)
+    ));
+    let runs = AtomicU32::new(0);
+    execute(&idem, "paid-1", &runs).await;
+    execute(&idem, "paid-1", &runs).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let mismatch = idem
+        .execute("paid-1", &json!({"amount": 99}), || async {
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert!(
+        mismatch.is_err(),
+        "another body under the same key is refused"
+    );
+    queue
+        .enqueue(NewJob::new(
+            "stripe",
+            "evt_1",
+            b"{\"card\":\"4242\"}".to_vec(),
+        ))
+        .await
+        .unwrap();
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let handled = Arc::new(AtomicU32::new(0));
+    let worker = {
+        let (broken, handled) = (Arc::clone(&broken), Arc::clone(&handled));
+        Worker::new(
+            Arc::clone(&queue),
+            Idempotent::from_arc(Arc::clone(&opened.store)).with_namespace("inbox"),
+            move |event: Event| {
+                let (broken, handled) = (Arc::clone(&broken), Arc::clone(&handled));
+                async move {
+                    if broken.load(Ordering::SeqCst) {
+                        return Err(HandlerError::permanent(format!(
+                            "ledger refused {}: account frozen",
+                            event.id
+                        )));
+                    }
+                    handled.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            },
+        )
+    };
+    assert_eq!(worker.run_once(10).await.unwrap(), [Outcome::DeadLettered]);
+
+    browser
+        .open(&format!(
+            "{base}/keys?state=in-flight&namespace={NAMESPACE}"
+        ))
+        .await;
+    let keys = browser.text().await;
+    assert!(
+        keys.contains("stuck-1") && keys.contains("in flight, lease "),
+        "{keys}"
+    );
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("keys.png")).await;
+    }
+    browser
+        .open(&format!("{base}{}", record_path("paid-1")))
+        .await;
+    let record = browser.text().await;
+    assert!(
+        record.contains("hidden") && !record.contains("card-4242"),
+        "{record}"
+    );
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("record.png")).await;
+    }
+    browser.link("Reset this key").await.click().await;
+    browser
+        .find("input[name=reason]")
+        .await
+        .type_text("refund reissued")
+        .await;
+    browser.find("button").await.click().await;
+    assert_eq!(
+        browser.title().await,
+        "Reset · idem console",
+        "{}",
+        browser.text().await
+    );
+    execute(&idem, "paid-1", &runs).await;
+    execute(&idem, "paid-1", &runs).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the reset key ran once more"
+    );
+
+    browser.open(&format!("{base}/inbox")).await;
+    let inbox = browser.text().await;
+    assert!(
+        inbox.contains("ledger refused evt_1: account frozen"),
+        "{inbox}"
+    );
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("inbox.png")).await;
+    }
+    browser.link("Requeue…").await.click().await;
+    browser
+        .find("input[name=reason]")
+        .await
+        .type_text("ledger unfrozen")
+        .await;
+    browser.find("button").await.click().await;
+    assert!(
+        browser.text().await.contains("Requeued 1 dead letter"),
+        "{}",
+        browser.text().await
+    );
+    broken.store(false, Ordering::SeqCst);
+    assert_eq!(worker.run_once(10).await.unwrap(), [Outcome::Completed]);
+    assert!(worker.run_once(10).await.unwrap().is_empty());
+    assert_eq!(handled.load(Ordering::SeqCst), 1, "handled once");
+
+    // Five first executions (stuck-1, paid-1 twice around its reset, the
+    // event's failed and its requeued run), two replays, one 422.
+    for (counter, expected) in [
+        ("idem_executed_total", "5"),
+        ("idem_replayed_total", "2"),
+        ("idem_mismatch_total", "1"),
+        ("idem_in_progress_total", "0"),
+    ] {
+        let cell = format!("td[data-series={counter}]");
+        wait_for_cell(&browser, &base, "/rates", &cell, expected).await;
+    }
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("rates.png")).await;
+    }
+    drop(browser);
+    let audit = console.stop();
+    assert!(
+        audit.contains("refund reissued") && audit.contains("ledger unfrozen"),
+        "{audit}"
+    );
+}
+
 macro_rules! on {
     ($store:ident, $kind:expr) => {
         mod $store {
@@ -552,6 +826,13 @@ macro_rules! on {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn requeues_dead_letters() {
                 super::requeues_dead_letters($kind).await;
+            }
+
+            // One thread: the application's metrics recorder is the
+            // thread's own, so that tests in parallel do not share it.
+            #[tokio::test(flavor = "current_thread")]
+            async fn in_a_browser() {
+                super::in_a_browser($kind).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
