@@ -49,6 +49,16 @@ impl DynamoStore {
     /// emulator or a VPC endpoint). The check also sets the store's clock
     /// from the service's (see the crate docs, *Deadlines and clocks*).
     pub async fn connect(url: &str) -> Result<DynamoStore, StoreError> {
+        let store = DynamoStore::from_url(url)?;
+        store.check().await?;
+        Ok(store)
+    }
+
+    /// The store a URL names, as [`connect`](Self::connect) reads it,
+    /// without a call yet: for a caller that names another table
+    /// ([`with_table`](Self::with_table)) or creates it
+    /// ([`create_table`](Self::create_table)) before its first call.
+    pub fn from_url(url: &str) -> Result<DynamoStore, StoreError> {
         let (table, region, endpoint) = parse_url(url)?;
         let credentials = Credentials::from_env().ok_or_else(|| {
             StoreError::config(
@@ -57,15 +67,13 @@ impl DynamoStore {
                  (and AWS_SESSION_TOKEN for temporary ones)",
             )
         })?;
-        let store = DynamoStore::from_client(
+        DynamoStore::from_client(
             default_http()?,
             &table,
             &region,
             endpoint.as_deref(),
             credentials,
-        )?;
-        store.check().await?;
-        Ok(store)
+        )
     }
 
     /// A store on `table` over an HTTP client of your own, without a call

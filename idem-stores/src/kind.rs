@@ -169,12 +169,16 @@ impl StoreKind {
             }
             #[cfg(feature = "dynamodb")]
             StoreKind::DynamoDb => {
-                let mut store = idem_dynamodb::DynamoStore::connect(location).await?;
+                let mut store = idem_dynamodb::DynamoStore::from_url(location)?;
                 if let Some(name) = name {
                     // A table name allows `_`, `-` and `.`, not `:`.
                     store = store.with_table(name)?;
-                    store.create_table().await?;
                 }
+                // As the SQL stores migrate: a missing table is created, a
+                // ready one only read (`DescribeTable`), so a user without
+                // rights to create tables opens one made for them.
+                store.create_table().await?;
+                store.check().await?;
                 Arc::new(store)
             }
         })

@@ -23,7 +23,7 @@
 //! | `redis://…`, `rediss://…` | `idem_redis::RedisStore` | a key prefix |
 //! | `postgres://…`, `postgresql://…` | `idem_postgres::PostgresStore` | a table (migrated) |
 //! | `mysql://…`, `mariadb://…` | `idem_mysql::MySqlStore` | a table (migrated) |
-//! | `dynamodb://TABLE?region=…&endpoint=…` (feature `dynamodb`) | `idem_dynamodb::DynamoStore` | a table (created when named) |
+//! | `dynamodb://TABLE?region=…&endpoint=…` (feature `dynamodb`) | `idem_dynamodb::DynamoStore` | a table (created when missing) |
 //!
 //! # Connecting in production
 //!
