@@ -787,6 +787,9 @@ async fn in_a_browser(kind: StoreKind) {
         let cell = format!("td[data-series={counter}]");
         wait_for_cell(&browser, &base, "/rates", &cell, expected).await;
     }
+    // The charts draw their bars, not only the numbers beside them.
+    let bar = browser.find("svg rect").await;
+    assert!(bar.height().await > 0.0, "the rates chart draws its bars");
     if let Some(dir) = &shots {
         browser.screenshot(&dir.join("rates.png")).await;
     }

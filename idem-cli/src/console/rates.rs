@@ -235,7 +235,9 @@ fn chart(values: &[f64], colour: &str, label: &str) -> Markup {
     html! {
         svg width=(width) height=(height) viewBox={ "0 0 " (width) " " (height) } role="img"
             aria-label={ (label) " per minute, highest " (number(top)) } fill=(colour) {
-            line x1="0" y1=(height - 0.5) x2=(width) y2=(height - 0.5) stroke="#ccc";
+            // Closed: inside SVG, HTML's parser treats `<line>` as open
+            // until its end tag, and would hide the bars within it.
+            line x1="0" y1=(height - 0.5) x2=(width) y2=(height - 0.5) stroke="#ccc" {}
             (PreEscaped(bars))
         }
         " max " (number(top))

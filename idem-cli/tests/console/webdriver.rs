@@ -192,6 +192,17 @@ impl Element<'_> {
             .await;
     }
 
+    /// Its rendered height in CSS pixels: 0 for an element the page
+    /// holds but does not draw.
+    pub(crate) async fn height(&self) -> f64 {
+        let path = format!("/element/{}/rect", self.id);
+        let rect = self
+            .browser
+            .call(reqwest::Method::GET, &path, Value::Null)
+            .await;
+        rect["height"].as_f64().unwrap_or_default()
+    }
+
     /// Its visible text.
     pub(crate) async fn text(&self) -> String {
         let path = format!("/element/{}/text", self.id);
