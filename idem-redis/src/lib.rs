@@ -87,7 +87,7 @@ mod store;
 mod tls;
 mod wake;
 
-pub use redis;
 pub use eviction::evicts_records;
+pub use redis;
 pub use store::{RedisStore, DEFAULT_PREFIX};
 pub use tls::connection_info;
