@@ -257,6 +257,90 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// Renews the lease in a task of its own until it is settled: for work
+    /// that runs outside Rust (a Python or Node function), which
+    /// [`run`](Lease::run) cannot await. It is `run` around a future that
+    /// ends when the [`HeldLease`] is settled or dropped.
+    ///
+    /// A dropped `HeldLease` stops renewing: the key stays claimed until
+    /// the lease lapses, as when a `run` future is dropped.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn hold(self) -> HeldLease {
+        let (done, finished) = oneshot::channel::<()>();
+        let renewed = self.clone();
+        let heartbeat = tokio::spawn(async move {
+            let work = async {
+                let _ = finished.await;
+            };
+            renewed.run(work).await.lease_lost
+        });
+        HeldLease {
+            lease: self,
+            done,
+            heartbeat,
+        }
+    }
+}
+
+/// A lease renewed while its work runs elsewhere ([`Lease::hold`]); each
+/// way of settling it stops the renewal first, and fails with
+/// [`Error::LeaseLost`] when a renewal found the lease lost meanwhile.
+pub struct HeldLease {
+    lease: Lease,
+    done: oneshot::Sender<()>,
+    heartbeat: JoinHandle<bool>,
+}
+
+impl fmt::Debug for HeldLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldLease")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeldLease {
+    /// The lease.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Stops the renewal once one in flight is answered, so that none can
+    /// land after the outcome; the lease, unless it was lost.
+    async fn stop(self) -> Result<Lease, Error> {
+        let _ = self.done.send(());
+        match self.heartbeat.await {
+            Ok(true) => Err(Error::LeaseLost),
+            _ => Ok(self.lease),
+        }
+    }
+
+    /// Records the work's outcome as `Completed` ([`Lease::complete`]).
+    pub async fn complete(self, payload: &[u8]) -> Result<(), Error> {
+        self.stop().await?.complete(payload).await
+    }
+
+    /// Records a failure as `Failed` ([`Lease::fail`]).
+    pub async fn fail(self, payload: &[u8]) -> Result<(), Error> {
+        self.stop().await?.fail(payload).await
+    }
+
+    /// Gives the key back ([`Lease::release`]).
+    pub async fn release(self) -> Result<(), Error> {
+        self.stop().await?.release().await
+    }
+
+    /// Stops renewing, once a renewal in flight is answered, and settles
+    /// nothing: the key stays claimed until the lease lapses (work whose
+    /// end is unknown, such as a cancelled call).
+    pub async fn abandon(self) {
+        let _ = self.stop().await;
+    }
+}
+
 /// What the heartbeat needs of a [`Lease`], owned, so that it runs in a
 /// task of its own without holding the lease itself.
 struct Renewal {

@@ -364,7 +364,7 @@ pub use error::{Error, StepsError, When};
 pub use fingerprint::digest::Fingerprint;
 pub use idempotent::{Idempotent, DEFAULT_LEASE, DEFAULT_RETENTION};
 pub use key::{Key, KeyError, KeyPart};
-pub use lease::{Begin, Lease, Replay, RunOutput};
+pub use lease::{Begin, HeldLease, Lease, Replay, RunOutput};
 pub use memory::MemoryStore;
 pub use steps::durable::Durable;
 pub use steps::step::Steps;

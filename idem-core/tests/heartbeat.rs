@@ -222,6 +222,49 @@ fn probe_until(idem: Idempotent, done: Arc<AtomicUsize>) -> std::thread::JoinHan
 // heartbeat polled with the work, or spawned but never started, does not
 // renew at all). A take-over needs a whole lease without a renewal; the
 // renewals come every 100 ms on a worker the work does not hold.
+// `Lease::hold`, for work run outside Rust (the Python and Node bindings):
+// renewed past its length while held, settled after the renewal in flight,
+// and renewed no more once settled or dropped.
+#[tokio::test(start_paused = true)]
+async fn a_held_lease_is_renewed_until_it_is_settled() {
+    let store = Renewals::new().hold(4);
+    let held = claimed(&store, LEASE).await.hold();
+    tokio::time::sleep(BEAT * 4 + MOMENT).await;
+    assert_eq!(
+        (store.made(), store.answered()),
+        (4, 3),
+        "the fourth is held"
+    );
+    let key = held.lease().key().as_str().to_owned();
+    let settle = tokio::spawn(held.complete(b"done"));
+    tokio::time::sleep(MOMENT).await;
+    assert!(!settle.is_finished(), "settled under a renewal in flight");
+    store.open();
+    settle.await.unwrap().unwrap();
+    tokio::time::sleep(LEASE * 3).await;
+    assert_eq!(store.made(), 4, "a renewal after the lease was settled");
+    let record = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(record.state, State::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_held_lease_renews_no_more_and_keeps_its_key() {
+    let store = Renewals::new();
+    let held = claimed(&store, LEASE).await.hold();
+    tokio::time::sleep(BEAT * 2 + MOMENT).await;
+    assert_eq!(store.made(), 2);
+    let key = held.lease().key().as_str().to_owned();
+    drop(held);
+    tokio::time::sleep(LEASE * 3).await;
+    assert_eq!(
+        store.made(),
+        2,
+        "a renewal after the held lease was dropped"
+    );
+    let record = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(record.state, State::InFlight, "nothing was released");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_work_keeps_its_lease_on_a_multi_thread_runtime() {
     let store = Renewals::new();

@@ -11,12 +11,11 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_core::{BeginJson, Error, Idempotent, Key, Lease, When};
+use idem_core::{BeginJson, Error, HeldLease, Idempotent, Key, Lease, When};
+use idem_stores::Opener;
 use napi::Status;
 use napi_derive::napi;
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::store::{Lazy, Store};
 
@@ -180,59 +179,24 @@ enum Begun {
 }
 
 /// A claimed key whose function is running: its lease, renewed by
-/// idem-core's `Lease::run` in a task until `done` is sent or dropped.
-struct Running {
-    lease: Lease,
-    done: oneshot::Sender<()>,
-    heartbeat: JoinHandle<bool>,
-}
+/// idem-core's `Lease::hold` until the call is settled. A `Call` collected
+/// without an outcome drops it, and the key stays held until its lease
+/// lapses.
+struct Running(HeldLease);
 
 impl Running {
     fn start(lease: Lease) -> Running {
-        let (done, finished) = oneshot::channel::<()>();
-        let renewed = lease.clone();
-        let heartbeat = tokio::spawn(async move {
-            renewed
-                .run(async {
-                    // A dropped sender ends the work too: the `Call` was
-                    // collected without an outcome, and the key stays held
-                    // until its lease lapses.
-                    let _ = finished.await;
-                })
-                .await
-                .lease_lost
-        });
-        Running {
-            lease,
-            done,
-            heartbeat,
-        }
-    }
-
-    /// Stops the heartbeat once a renewal in flight is answered; whether
-    /// the lease was lost meanwhile.
-    async fn stop(self) -> (Lease, bool) {
-        let _ = self.done.send(());
-        let lost = self.heartbeat.await.unwrap_or(false);
-        (self.lease, lost)
+        Running(lease.hold())
     }
 
     async fn complete(self, payload: Vec<u8>) -> Result<(), Error> {
-        let (lease, lost) = self.stop().await;
-        if lost {
-            return Err(Error::LeaseLost);
-        }
-        lease.complete(&payload).await
+        self.0.complete(&payload).await
     }
 
     async fn settle(self, remembered: Option<Vec<u8>>) -> Result<(), Error> {
-        let (lease, lost) = self.stop().await;
-        if lost {
-            return Err(Error::LeaseLost);
-        }
         match remembered {
-            Some(payload) => lease.fail(&payload).await,
-            None => lease.release().await,
+            Some(payload) => self.0.fail(&payload).await,
+            None => self.0.release().await,
         }
     }
 }

@@ -7,13 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_core::store::Store as CoreStore;
-use idem_core::{BeginJson, Error, Idempotent, Key, Lease, When};
+use idem_core::{BeginJson, Error, HeldLease, Idempotent, Key, Lease, When};
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::errors::{self, raise};
 use crate::json;
@@ -83,11 +81,9 @@ enum Begun {
 }
 
 /// A claimed key whose function is running: its lease, renewed by
-/// idem-core's `Lease::run` in a task until `done` is sent or dropped.
+/// idem-core's `Lease::hold` until the call is settled.
 struct Running {
-    lease: Lease,
-    done: oneshot::Sender<()>,
-    heartbeat: JoinHandle<bool>,
+    held: HeldLease,
     // A fork while the lease is held leaves the threads running.
     _active: Active,
 }
@@ -95,52 +91,22 @@ struct Running {
 impl Running {
     /// Starts renewing the lease; call it on the runtime.
     fn start(lease: Lease, active: Active) -> Running {
-        let (done, finished) = oneshot::channel::<()>();
-        let renewed = lease.clone();
-        let heartbeat = tokio::spawn(async move {
-            renewed
-                .run(async {
-                    // A dropped sender ends the work too: the `Call` was
-                    // dropped without an outcome.
-                    let _ = finished.await;
-                })
-                .await
-                .lease_lost
-        });
         Running {
-            lease,
-            done,
-            heartbeat,
+            held: lease.hold(),
             _active: active,
         }
     }
 
-    /// Stops the heartbeat once a renewal in flight is answered; whether
-    /// the lease was lost meanwhile.
-    async fn stop(self) -> (Lease, bool) {
-        let _ = self.done.send(());
-        let lost = self.heartbeat.await.unwrap_or(false);
-        (self.lease, lost)
-    }
-
     /// Records `payload` as the outcome.
     async fn complete(self, payload: Vec<u8>) -> Result<(), Error> {
-        let (lease, lost) = self.stop().await;
-        if lost {
-            return Err(Error::LeaseLost);
-        }
-        lease.complete(&payload).await
+        self.held.complete(&payload).await
     }
 
     /// Records `payload` as a remembered failure, or releases the key.
     async fn settle(self, remembered: Option<Vec<u8>>) -> Result<(), Error> {
-        let (lease, lost) = self.stop().await;
-        if lost {
-            return Err(Error::LeaseLost);
-        }
         match remembered {
-            Some(payload) => lease.fail(&payload).await,
-            None => lease.release().await,
+            Some(payload) => self.held.fail(&payload).await,
+            None => self.held.release().await,
         }
     }
 }
@@ -448,7 +414,7 @@ impl Call {
         let running = self.take()?;
         Ok(match self.failure(&error)? {
             Failure::Abandon => {
-                block_on(py, running.stop());
+                block_on(py, running.held.abandon());
                 None
             }
             Failure::Settle(remembered) => settled(block_on(py, running.settle(remembered))),
@@ -463,7 +429,7 @@ impl Call {
         awaitable(py, async move {
             let problem = match failure {
                 Failure::Abandon => {
-                    running.stop().await;
+                    running.held.abandon().await;
                     None
                 }
                 Failure::Settle(remembered) => settled(running.settle(remembered).await),
