@@ -11,12 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idem_core::store::{
-    Insert, NewRecord, Record, Reset, Store as CoreStore, StoreError, Token, Wakeups,
-};
 use idem_core::Idempotent;
 use idem_http::{
     Admission, Answer as HttpAnswer, AnswerBody, FingerprintPolicy, KeySource, Options,
@@ -26,63 +22,9 @@ use napi::bindgen_prelude::Buffer;
 use napi::{Error, Status};
 use napi_derive::napi;
 
-use crate::store::{Lazy, Store};
+use idem_stores::OpenOnUse;
 
-/// A store from `openStore` as idem-core's store, opened by its first call.
-struct LazyStore(Arc<Lazy>);
-
-impl std::fmt::Debug for LazyStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LazyStore").finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl CoreStore for LazyStore {
-    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
-        self.0.open().await?.insert(key, record).await
-    }
-
-    async fn swap(
-        &self,
-        key: &str,
-        expected: Token,
-        record: &NewRecord<'_>,
-    ) -> Result<bool, StoreError> {
-        self.0.open().await?.swap(key, expected, record).await
-    }
-
-    async fn take_over(
-        &self,
-        key: &str,
-        expected: Token,
-        record: &NewRecord<'_>,
-    ) -> Result<bool, StoreError> {
-        self.0.open().await?.take_over(key, expected, record).await
-    }
-
-    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
-        self.0.open().await?.remove(key, expected).await
-    }
-
-    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.0.open().await?.load(key).await
-    }
-
-    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
-        self.0.open().await?.reset(key).await
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        self.0.open().await?.purge_expired(limit).await
-    }
-
-    // A waiter has claimed first, so the store is open by the time it
-    // asks; before that, polling is never wrong.
-    fn wakeups(&self) -> Option<Arc<Wakeups>> {
-        self.0.opened().and_then(|store| store.wakeups())
-    }
-}
+use crate::store::Store;
 
 fn invalid(message: String) -> Error {
     Error::new(Status::InvalidArg, message)
@@ -250,7 +192,7 @@ pub struct RoutePolicy {
 }
 
 fn build(store: &Store, init: HttpOptionsInit) -> napi::Result<Options> {
-    let mut idem = Idempotent::new(LazyStore(Arc::clone(&store.inner)));
+    let mut idem = Idempotent::new(OpenOnUse::new(Arc::clone(&store.inner)));
     if let Some(namespace) = init.namespace {
         idem = idem.with_namespace(namespace);
     }

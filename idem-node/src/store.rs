@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use idem_core::store::{Store as CoreStore, StoreError};
-use idem_stores::{StoreKind, StoreUrl};
+use idem_stores::{Opener, StoreKind, StoreUrl};
 use napi::{Error, Status};
 use napi_derive::napi;
 use tokio::sync::OnceCell;
@@ -23,9 +24,10 @@ pub(crate) struct Lazy {
     opened: OnceCell<Arc<dyn CoreStore>>,
 }
 
-impl Lazy {
+#[async_trait]
+impl Opener for Lazy {
     /// The store, opened on its first use.
-    pub(crate) async fn open(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
+    async fn open(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
         let store = self
             .opened
             .get_or_try_init(|| async {
@@ -38,9 +40,8 @@ impl Lazy {
         Ok(Arc::clone(store))
     }
 
-    /// The store if it is open already.
-    pub(crate) fn opened(&self) -> Option<&Arc<dyn CoreStore>> {
-        self.opened.get()
+    fn opened(&self) -> Option<Arc<dyn CoreStore>> {
+        self.opened.get().cloned()
     }
 }
 

@@ -4,20 +4,19 @@
 //! response's bytes; the key, the fingerprint, the scope, the statuses,
 //! problem bodies, waiting and the stored format are idem-http's.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use idem_core::store::{
-    Insert, NewRecord, Record, Reset, Store as CoreStore, StoreError, Token, Wakeups,
-};
+use idem_core::store::{Store as CoreStore, StoreError};
 use idem_core::Idempotent;
 use idem_http::{
     Admission, Answer as HttpAnswer, AnswerBody, FingerprintPolicy, KeySource, Options,
     Run as HttpRun, Start,
 };
+use idem_stores::{OpenOnUse, Opener};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -28,74 +27,16 @@ use crate::store::Store;
 /// A `Store` from `open_store` as idem-core's store: opened by its first
 /// call in each process (so options made before a fork work in each
 /// worker), a failure to open being a store failure like any other.
-struct LazyStore {
-    store: Arc<Py<Store>>,
-    opened: Mutex<Option<(u32, Arc<dyn CoreStore>)>>,
-}
-
-impl std::fmt::Debug for LazyStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LazyStore").finish_non_exhaustive()
-    }
-}
-
-impl LazyStore {
-    async fn get(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
-        let store = self.store.get().open().await?;
-        *self.opened.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((std::process::id(), Arc::clone(&store)));
-        Ok(store)
-    }
-}
+struct Opens(Py<Store>);
 
 #[async_trait]
-impl CoreStore for LazyStore {
-    async fn insert(&self, key: &str, record: &NewRecord<'_>) -> Result<Insert, StoreError> {
-        self.get().await?.insert(key, record).await
+impl Opener for Opens {
+    async fn open(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
+        self.0.get().open().await
     }
 
-    async fn swap(
-        &self,
-        key: &str,
-        expected: Token,
-        record: &NewRecord<'_>,
-    ) -> Result<bool, StoreError> {
-        self.get().await?.swap(key, expected, record).await
-    }
-
-    async fn take_over(
-        &self,
-        key: &str,
-        expected: Token,
-        record: &NewRecord<'_>,
-    ) -> Result<bool, StoreError> {
-        self.get().await?.take_over(key, expected, record).await
-    }
-
-    async fn remove(&self, key: &str, expected: Token) -> Result<bool, StoreError> {
-        self.get().await?.remove(key, expected).await
-    }
-
-    async fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.get().await?.load(key).await
-    }
-
-    async fn reset(&self, key: &str) -> Result<Reset, StoreError> {
-        self.get().await?.reset(key).await
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StoreError> {
-        self.get().await?.purge_expired(limit).await
-    }
-
-    // A waiter has claimed first, so the store is open in this process by
-    // the time it asks; before that, polling is never wrong.
-    fn wakeups(&self) -> Option<Arc<Wakeups>> {
-        let opened = self.opened.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*opened {
-            Some((pid, store)) if *pid == std::process::id() => store.wakeups(),
-            _ => None,
-        }
+    fn opened(&self) -> Option<Arc<dyn CoreStore>> {
+        self.0.get().opened()
     }
 }
 
@@ -245,11 +186,7 @@ impl HttpOptions {
         policy: Option<PyRef<'_, Policy>>,
         routes: Option<Vec<(String, PyRef<'_, Policy>)>>,
     ) -> PyResult<HttpOptions> {
-        let lazy = LazyStore {
-            store: Arc::new(store),
-            opened: Mutex::new(None),
-        };
-        let mut idem = Idempotent::new(lazy);
+        let mut idem = Idempotent::new(OpenOnUse::new(Arc::new(Opens(store))));
         if let Some(namespace) = namespace {
             idem = idem.with_namespace(namespace);
         }

@@ -84,6 +84,17 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The store if it is open in this process, without opening it.
+    pub(crate) fn opened(&self) -> Option<Arc<dyn CoreStore>> {
+        let opened = self.opened.lock().unwrap_or_else(|e| e.into_inner());
+        match &*opened {
+            Some((owner, cell)) if *owner == std::process::id() => cell.get().cloned(),
+            _ => None,
+        }
+    }
+}
+
 #[pymethods]
 impl Store {
     /// The store's URL, without its password.

@@ -55,8 +55,10 @@
 
 mod given;
 mod kind;
+mod on_use;
 mod url;
 
 pub use given::{given_url, GivenUrlError, STORE_ENV};
 pub use kind::{Isolation, StoreKind, UnknownStore};
+pub use on_use::{OpenOnUse, Opener};
 pub use url::StoreUrl;
