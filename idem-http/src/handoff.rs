@@ -243,7 +243,7 @@ impl Run {
     }
 
     /// One frame of the body. It waits while the exchange has
-    /// [`QUEUED_FRAMES`] unread; `Finished` says the exchange reads no more
+    /// 16 frames unread; `Finished` says the exchange reads no more
     /// (the binding stops sending).
     pub fn send(
         &self,

@@ -326,7 +326,7 @@ const MARIADB_INIT: &str = "CREATE DATABASE IF NOT EXISTS test;\n\
 /// certificate of `certs` and trusting their CA for client certificates,
 /// on `port` of loopback: a data directory made by `mariadb-install-db` in
 /// `dir` (root without a password, the database `test`, the user `x509`
-/// of [`MARIADB_INIT`]). Run as the `mysql` user when the caller is root,
+/// of `MARIADB_INIT`). Run as the `mysql` user when the caller is root,
 /// which is given `dir` and the certificates. It goes away with the value
 /// returned or when this process exits, and takes `dir` with it.
 pub fn mariadb_tls_server(
