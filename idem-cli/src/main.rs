@@ -61,6 +61,7 @@
 //! entry's cap lapses (60 s by default).
 #![forbid(unsafe_code)]
 
+mod commands;
 #[cfg(feature = "console")]
 mod console;
 mod doctor;
@@ -70,10 +71,6 @@ mod show;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use idem_core::inspect::Listing;
-use idem_core::observe::key_hash;
-use idem_core::store::{Reset, PURGE_BATCH};
-use idem_core::Key;
 
 use crate::open::{open, Target};
 
@@ -240,169 +237,15 @@ fn main() -> ExitCode {
 
 async fn run(target: &Target<'_>, command: Command) -> Result<(), String> {
     let store = open(target).await?;
-    let failed = |e: idem_core::store::StoreError| e.to_string();
     match command {
-        Command::Inspect(args) => {
-            let key = key(&args)?;
-            let record = store.load(key.as_str()).await.map_err(failed)?;
-            println!("key          {}", show::key(key.as_str()));
-            println!("hash         {}", key_hash(key.as_str()));
-            let Some(record) = record else {
-                println!(
-                    "state        absent (no live record: never used, released, reset or expired)"
-                );
-                return Ok(());
-            };
-            println!("state        {}", show::state(&record));
-            println!(
-                "retention    {} left",
-                show::duration(record.retention_remaining)
-            );
-            println!("token        {}", record.token);
-            println!("fingerprint  {}", record.fingerprint);
-            println!(
-                "outcome      {} bytes: {}",
-                record.payload.len(),
-                show::preview(&record.payload)
-            );
-            Ok(())
-        }
-        Command::List(args) => {
-            let listing = if args.which.failed {
-                Listing::Failed
-            } else {
-                Listing::InFlight
-            };
-            let page = store
-                .list(listing, args.after.as_deref(), args.limit)
-                .await
-                .map_err(failed)?;
-            for listed in &page.records {
-                let record = &listed.record;
-                println!(
-                    "{}  token {}  {}  retention {} left  {} bytes",
-                    show::key(&listed.key),
-                    record.token,
-                    show::state(record),
-                    show::duration(record.retention_remaining),
-                    record.payload.len()
-                );
-            }
-            println!("{} record(s) on this page", page.records.len());
-            match page.next {
-                Some(next) => println!("next page: --after {next}"),
-                None => println!("no more pages"),
-            }
-            Ok(())
-        }
-        Command::Release { key: args, token } => {
-            let key = key(&args)?;
-            let token = show::parse_token(&token)?;
-            if store.remove(key.as_str(), token).await.map_err(failed)? {
-                println!(
-                    "released {}: the next request runs the work again",
-                    show::key(key.as_str())
-                );
-                return Ok(());
-            }
-            // Say why nothing changed, from what is there now.
-            let why = match store.load(key.as_str()).await.map_err(failed)? {
-                None => "no live record is there".to_owned(),
-                Some(record) if record.state != idem_core::store::State::InFlight => {
-                    format!("the record is {}, not in flight", show::state(&record))
-                }
-                Some(record) if record.token != token => format!(
-                    "the record holds another token now ({}; {}): its owner changed since you looked",
-                    record.token,
-                    show::state(&record)
-                ),
-                // It changed between the two reads.
-                Some(record) => format!("the record changed meanwhile ({})", show::state(&record)),
-            };
-            Err(format!(
-                "refused to release {}: {why}; nothing changed",
-                show::key(key.as_str())
-            ))
-        }
-        Command::Reset {
-            key: args,
-            reason,
-            by,
-        } => {
-            let key = key(&args)?;
-            let by = by
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_default();
-            let idem = idem_core::Idempotent::new(std::sync::Arc::clone(&store))
-                .with_namespace(args.namespace.as_str())
-                .scoped(args.scope.as_str());
-            let reset = idem
-                .reset_because(&args.key, &by, &reason)
-                .await
-                .map_err(|e| e.to_string())?;
-            let shown = show::key(key.as_str());
-            match reset {
-                Reset::Deleted(state) => {
-                    println!(
-                        "reset {shown}: deleted its {} record; the next request runs the work again",
-                        show::settled(state)
-                    );
-                    Ok(())
-                }
-                Reset::InFlight => {
-                    let now = match store.load(key.as_str()).await.map_err(failed)? {
-                        Some(record) => format!("{}, token {}", show::state(&record), record.token),
-                        None => "settled or released since".to_owned(),
-                    };
-                    Err(format!(
-                        "refused to reset {shown}: it is in flight ({now}); nothing changed. \
-                         A worker known to be dead is released with `release --token`"
-                    ))
-                }
-                _ => {
-                    println!("nothing to reset for {shown}: no live record (never used, released, reset or expired)");
-                    Ok(())
-                }
-            }
-        }
-        Command::Purge { dry_run: true } => {
-            let stats = store.stats().await.map_err(failed)?;
-            println!(
-                "{} expired record(s) would be purged; nothing deleted (dry run)",
-                stats.expired
-            );
-            Ok(())
-        }
-        Command::Purge { dry_run: false } => {
-            let mut total = 0;
-            loop {
-                let purged = store
-                    .purge_expired(PURGE_BATCH)
-                    .await
-                    .map_err(|e| format!("{e} (after purging {total} record(s))"))?;
-                total += purged;
-                if purged < PURGE_BATCH {
-                    break;
-                }
-            }
-            println!("purged {total} expired record(s); live records untouched");
-            Ok(())
-        }
+        Command::Inspect(args) => commands::inspect(&store, &args).await,
+        Command::List(args) => commands::list(&store, &args).await,
+        Command::Release { key, token } => commands::release(&store, &key, &token).await,
+        Command::Reset { key, reason, by } => commands::reset(&store, &key, &reason, by).await,
+        Command::Purge { dry_run } => commands::purge(&store, dry_run).await,
+        Command::Stats => commands::stats(&store).await,
         Command::Doctor(_) => Err("idem doctor runs before a store is opened".to_owned()),
         #[cfg(feature = "console")]
         Command::Console(args) => console::run(store, open::redact(target.url), args).await,
-        Command::Stats => {
-            let stats = store.stats().await.map_err(failed)?;
-            println!("in flight    {}", stats.in_flight);
-            println!("lapsed       {}", stats.lapsed);
-            println!("completed    {}", stats.completed);
-            println!("failed       {}", stats.failed);
-            println!("expired      {}", stats.expired);
-            Ok(())
-        }
     }
-}
-
-fn key(args: &KeyArgs) -> Result<Key, String> {
-    Key::new(&args.namespace, &args.scope, &args.key).map_err(|e| e.to_string())
 }
