@@ -4,7 +4,9 @@
 //! response's bytes; the key, the fingerprint, the scope, the statuses,
 //! problem bodies, waiting and the stored format are idem-http's.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,7 +21,7 @@ use idem_http::{
 use idem_stores::{OpenOnUse, Opener};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyList, PyTuple};
 
 use crate::runtime::{awaitable, runtime};
 use crate::store::Store;
@@ -377,18 +379,22 @@ impl Run {
         Ok(self.0.respond(status, headers).is_ok())
     }
 
-    /// An awaitable sending one body frame; it gives `False` when the
-    /// exchange reads no more of the body (stop sending).
+    /// Sends one body frame: `True` when it was taken, `False` when the
+    /// exchange reads no more of the body (stop sending), or, while the
+    /// exchange has frames unread up to its bound, an awaitable of either.
     fn send<'py>(&self, py: Python<'py>, frame: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-        let sent = self.0.send(Bytes::copy_from_slice(frame));
+        let mut sent = Box::pin(self.0.send(Bytes::copy_from_slice(frame)));
+        // A frame the queue has room for is taken at once: answered here,
+        // it costs no task on the runtime and no wake-up of the event loop
+        // (a whole response is one such frame). The future polled once
+        // with a waker that does nothing is polled again, with the
+        // runtime's, when it was not ready.
+        if let Poll::Ready(sent) = sent.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return Ok(PyBool::new(py, sent.is_ok()).to_owned().into_any());
+        }
         awaitable(py, async move {
             let sent = sent.await.is_ok();
-            Python::attach(|py| {
-                Ok(pyo3::types::PyBool::new(py, sent)
-                    .to_owned()
-                    .into_any()
-                    .unbind())
-            })
+            Python::attach(|py| Ok(PyBool::new(py, sent).to_owned().into_any().unbind()))
         })
     }
 

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use idem_core::store::{Store as CoreStore, StoreError};
+use idem_core::store::{NearCache, Store as CoreStore, StoreError};
 use idem_stores::{StoreKind, StoreUrl};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -13,6 +13,9 @@ use tokio::sync::OnceCell;
 pub(crate) struct Store {
     url: StoreUrl,
     name: Option<String>,
+    /// Whether settled records are kept in the process (idem-core's
+    /// `NearCache`), so a replay needs no round trip.
+    near_cache: bool,
     // The store as opened in one process. A forked child finds another
     // process id here and opens its own: connections, pools and SQLite's
     // writer thread do not survive a fork.
@@ -74,10 +77,16 @@ impl Store {
         };
         let store = cell
             .get_or_try_init(|| async {
-                match &self.name {
-                    Some(name) => self.url.open_named(name).await,
-                    None => self.url.open().await,
-                }
+                let store = match &self.name {
+                    Some(name) => self.url.open_named(name).await?,
+                    None => self.url.open().await?,
+                };
+                // Each process keeps its own cache, made with its store.
+                Ok::<_, StoreError>(if self.near_cache {
+                    Arc::new(NearCache::new(store))
+                } else {
+                    store
+                })
             })
             .await?;
         Ok(Arc::clone(store))
@@ -103,20 +112,34 @@ impl Store {
         self.url.to_string()
     }
 
+    /// Whether replays of settled records are answered from this process.
+    #[getter]
+    fn near_cache(&self) -> bool {
+        self.near_cache
+    }
+
     fn __repr__(&self) -> String {
-        match &self.name {
-            Some(name) => format!("Store({:?}, name={name:?})", self.url.to_string()),
-            None => format!("Store({:?})", self.url.to_string()),
-        }
+        let name = match &self.name {
+            Some(name) => format!(", name={name:?}"),
+            None => String::new(),
+        };
+        let near = if self.near_cache {
+            ", near_cache=True"
+        } else {
+            ""
+        };
+        format!("Store({:?}{name}{near})", self.url.to_string())
     }
 }
 
 /// Names a store by URL: `memory`, `sqlite:PATH`, `redis://…`,
 /// `rediss://…`, `postgres://…`, `mysql://…` or `mariadb://…`. Nothing is
-/// opened until the first call that uses it, in each process.
+/// opened until the first call that uses it, in each process. With
+/// `near_cache`, settled records are kept in each process and replayed
+/// without a round trip (idem-core's `NearCache`, 60 s at most).
 #[pyfunction]
-#[pyo3(signature = (url, *, name = None))]
-pub(crate) fn open_store(url: &str, name: Option<String>) -> PyResult<Store> {
+#[pyo3(signature = (url, *, name = None, near_cache = false))]
+pub(crate) fn open_store(url: &str, name: Option<String>, near_cache: bool) -> PyResult<Store> {
     let url: StoreUrl = url.parse().map_err(|_| {
         let known: Vec<String> = StoreKind::ALL.iter().map(|k| k.url_form()).collect();
         // The URL is not repeated: it may hold a password.
@@ -129,5 +152,10 @@ pub(crate) fn open_store(url: &str, name: Option<String>) -> PyResult<Store> {
     MADE.lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(Arc::downgrade(&opened));
-    Ok(Store { url, name, opened })
+    Ok(Store {
+        url,
+        name,
+        near_cache,
+        opened,
+    })
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sqlite3
 import threading
 
 import pydantic
@@ -333,3 +334,27 @@ def test_unknown_store_urls_are_refused_without_echoing_them():
         open_store("mongodb://user:secret@h/db")
     assert "secret" not in str(refused.value)
     assert open_store("redis://u:secret@127.0.0.1:6379").url == "redis://u:***@127.0.0.1:6379"
+
+
+def test_a_near_cache_replays_from_the_process(tmp_path, namespace):
+    """With `near_cache`, a settled record once read is replayed from
+    memory: the table's rows deleted behind the store's back, the call
+    still replays, where a store without the cache runs it again."""
+    for near, runs_after_delete in [(True, 1), (False, 2)]:
+        path = tmp_path / f"idem-{near}.db"
+        store = open_store(f"sqlite:{path}", near_cache=near)
+        assert store.near_cache is near
+        runs = []
+
+        @idempotent(store, key="key", namespace=f"{namespace}-{near}")
+        def charge(key: str, amount: int) -> dict:
+            runs.append(amount)
+            return {"charge": len(runs)}
+
+        assert charge("order-1", 1250) == {"charge": 1}
+        assert charge("order-1", 1250) == {"charge": 1}  # kept by the cache
+        with sqlite3.connect(path) as db:
+            assert db.execute("DELETE FROM idem_records").rowcount == 1
+        assert charge("order-1", 1250)["charge"] == runs_after_delete
+        assert len(runs) == runs_after_delete
+    assert "near_cache=True" in repr(open_store("memory", near_cache=True))

@@ -161,7 +161,9 @@ class IdempotencyMiddleware:
             elif kind == "http.response.body":
                 chunk = message.get("body", b"")
                 if chunk:
-                    await run.send(chunk)
+                    sent = run.send(chunk)
+                    if not isinstance(sent, bool):
+                        await sent  # the exchange's queue was full
                 if not message.get("more_body", False):
                     run.end()
 
