@@ -56,10 +56,17 @@
 //! * A wrong CA, an expired certificate or a wrong name fails
 //!   [`RedisStore::connect`] before any work can run, and the error says
 //!   which (`tests/tls.rs` runs the conformance kit over mutual TLS).
-//! * [`RedisStore::connect_cluster`] with `rediss://` URLs verifies
-//!   against Mozilla's roots; a private CA for a cluster, and TLS to a
-//!   master found through Sentinel, need a redis-rs client you build
-//!   ([`RedisStore::from_connection`]).
+//! * A cluster client goes on to the nodes the cluster names, and a
+//!   Sentinel client to the master the Sentinels name, so their
+//!   certificates are given apart from the URLs:
+//!   [`RedisStore::connect_cluster_with_tls`] and
+//!   [`RedisStore::connect_sentinel_with_tls`], with
+//!   [`tls_certificates`] reading a URL's files. The servers' certificates
+//!   must hold the names they announce (`cluster-announce-hostname` with
+//!   `cluster-preferred-endpoint-type hostname`, `sentinel
+//!   announce-hostnames yes`), or their IP addresses. `tests/tls_cluster.rs`
+//!   runs the conformance kit on a TLS cluster of three masters, and a
+//!   store through a Sentinel over TLS.
 //! * No error, log line or `Debug` of the store shows the password. The
 //!   `idem` command, the proxy and the demo read a URL from
 //!   `--store-file` or `IDEM_STORE`, out of the process list.
@@ -91,3 +98,5 @@ pub use eviction::evicts_records;
 pub use redis;
 pub use store::{RedisStore, DEFAULT_PREFIX};
 pub use tls::connection_info;
+#[cfg(feature = "tls")]
+pub use tls::tls_certificates;

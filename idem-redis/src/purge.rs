@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use idem_core::store::StoreError;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Value};
+use redis::{Cmd, RedisResult, Value};
 
 use crate::connection::command;
 use crate::error::{failed, unexpected};
@@ -32,7 +32,7 @@ impl RedisStore {
             Some(cluster) => masters(cluster).await?.into_iter().map(Some).collect(),
         };
         let pattern = glob_escape(&self.prefix);
-        for node in nodes {
+        for mut node in nodes {
             let mut cursor = 0;
             loop {
                 let mut scan = command("SCAN", 7, pattern.len() + 40);
@@ -43,14 +43,8 @@ impl RedisStore {
                     .arg(BATCH)
                     .arg("TYPE")
                     .arg("string");
-                let reply = match (&node, &self.cluster) {
-                    (Some((host, port)), Some(cluster)) => {
-                        let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                            host: host.clone(),
-                            port: *port,
-                        });
-                        cluster.clone().route_command(scan, at).await
-                    }
+                let reply = match (&mut node, &self.cluster) {
+                    (Some(master), Some(cluster)) => master.scan(cluster, scan).await,
                     _ => self.connection.query(&scan).await,
                 }
                 .map_err(|e| StoreError::backend(BACKEND, e))?;
@@ -118,8 +112,41 @@ fn scanned(reply: Value) -> Result<(u64, Vec<Vec<u8>>), StoreError> {
     Ok((next, keys))
 }
 
-/// The masters of a cluster, from `CLUSTER NODES`: host and port of each.
-async fn masters(cluster: &ClusterConnection) -> Result<Vec<(String, u16)>, StoreError> {
+/// A master of a cluster, by the names `CLUSTER NODES` gives it.
+#[derive(Debug, PartialEq, Eq)]
+struct Master {
+    /// Its IP address, then the host name it announces, if any: the
+    /// cluster connection knows it by the one `CLUSTER SLOTS` gives
+    /// (`cluster-preferred-endpoint-type`), which is the host name for
+    /// nodes whose TLS certificates name no IP address.
+    names: Vec<String>,
+    port: u16,
+}
+
+impl Master {
+    /// Runs `scan` on this master, by the first of its names the cluster
+    /// connection knows; the others are dropped.
+    async fn scan(&mut self, cluster: &ClusterConnection, scan: Cmd) -> RedisResult<Value> {
+        loop {
+            let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: self.names[0].clone(),
+                port: self.port,
+            });
+            match cluster.clone().route_command(scan.clone(), at).await {
+                Err(error)
+                    if error.kind() == redis::ErrorKind::ClusterConnectionNotFound
+                        && self.names.len() > 1 =>
+                {
+                    self.names.remove(0);
+                }
+                reply => return reply,
+            }
+        }
+    }
+}
+
+/// The masters of a cluster, from `CLUSTER NODES`.
+async fn masters(cluster: &ClusterConnection) -> Result<Vec<Master>, StoreError> {
     let nodes: Cmd = {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("NODES");
@@ -144,7 +171,7 @@ async fn masters(cluster: &ClusterConnection) -> Result<Vec<(String, u16)>, Stor
 /// Each line of `CLUSTER NODES` is `id host:port@bus[,hostname] flags …`;
 /// a master that has not failed has `master` and no `fail` among its
 /// comma-separated flags.
-fn parse_masters(nodes: &str) -> Vec<(String, u16)> {
+fn parse_masters(nodes: &str) -> Vec<Master> {
     nodes
         .lines()
         .filter_map(|line| {
@@ -154,9 +181,18 @@ fn parse_masters(nodes: &str) -> Vec<(String, u16)> {
             if !flags.contains(&"master") || flags.iter().any(|f| f.starts_with("fail")) {
                 return None;
             }
-            let address = address.split('@').next()?;
+            let (address, bus) = address.split_once('@')?;
             let (host, port) = address.rsplit_once(':')?;
-            Some((host.to_owned(), port.parse().ok()?))
+            let mut names = vec![host.to_owned()];
+            names.extend(
+                bus.split_once(',')
+                    .map(|(_, name)| name.to_owned())
+                    .filter(|name| !name.is_empty()),
+            );
+            Some(Master {
+                names,
+                port: port.parse().ok()?,
+            })
         })
         .collect()
 }
@@ -176,8 +212,14 @@ d 127.0.0.1:7003@17003 master,fail - 0 0 3 connected
         assert_eq!(
             parse_masters(nodes),
             [
-                ("127.0.0.1".to_owned(), 7000),
-                ("127.0.0.1".to_owned(), 7001)
+                Master {
+                    names: vec!["127.0.0.1".to_owned()],
+                    port: 7000
+                },
+                Master {
+                    names: vec!["127.0.0.1".to_owned(), "host-b".to_owned()],
+                    port: 7001
+                }
             ]
         );
     }

@@ -185,6 +185,40 @@ impl RedisStore {
         T: IntoConnectionInfo,
     {
         let client = ClusterClient::new(urls).map_err(config)?;
+        RedisStore::on_cluster(client).await
+    }
+
+    /// Connects to a Redis Cluster over TLS as
+    /// [`connect_cluster`](RedisStore::connect_cluster) does, verifying
+    /// every node with `certificates`: a private CA (`root_cert`) instead
+    /// of Mozilla's roots, and a client certificate (`client_tls`) for
+    /// nodes with `tls-auth-clients yes`.
+    ///
+    /// The URLs only seed the cluster: the client goes on to the addresses
+    /// the nodes announce, so the certificates are given once for all of
+    /// them. [`tls_certificates`](crate::tls_certificates) reads them from
+    /// a URL's `cacert=`, `cert=` and `key=`. The nodes' certificates must
+    /// name what the nodes announce: their IP addresses, or the host names
+    /// of `cluster-announce-hostname` with `cluster-preferred-endpoint-type
+    /// hostname`. A node that fails verification fails the connect.
+    #[cfg(feature = "tls")]
+    pub async fn connect_cluster_with_tls<I, T>(
+        urls: I,
+        certificates: redis::TlsCertificates,
+    ) -> Result<RedisStore, StoreError>
+    where
+        I: IntoIterator<Item = T>,
+        T: IntoConnectionInfo,
+    {
+        let client = redis::cluster::ClusterClientBuilder::new(urls)
+            .certs(certificates)
+            .build()
+            .map_err(config)?;
+        RedisStore::on_cluster(client).await
+    }
+
+    /// A store on the cluster `client` reaches, its scripts loaded.
+    async fn on_cluster(client: ClusterClient) -> Result<RedisStore, StoreError> {
         let connection = client
             .get_async_connection()
             .await
@@ -263,6 +297,70 @@ impl RedisStore {
             redis::sentinel::SentinelServerType::Master,
         )
         .map_err(config)?;
+        RedisStore::on_sentinel(client).await
+    }
+
+    /// Connects to the master the Sentinels name, as
+    /// [`connect_sentinel`](RedisStore::connect_sentinel) does, over TLS
+    /// to the master verified with `certificates` (a private CA, a client
+    /// certificate; see [`tls_certificates`](crate::tls_certificates)).
+    ///
+    /// The Sentinels are reached as their URLs say: `rediss://` ones over
+    /// TLS with the same certificates. Their user and password log in to
+    /// the Sentinels only; the master takes none, as with
+    /// `connect_sentinel`. The master's certificate must name the address
+    /// the Sentinels give: its IP address, or a host name with
+    /// `sentinel resolve-hostnames yes` and `sentinel announce-hostnames
+    /// yes`. A failed verification fails the connect, and after a failover
+    /// fails each call until a master verifies.
+    #[cfg(feature = "tls")]
+    pub async fn connect_sentinel_with_tls<I, T>(
+        sentinels: I,
+        master: &str,
+        certificates: redis::TlsCertificates,
+    ) -> Result<RedisStore, StoreError>
+    where
+        I: IntoIterator<Item = T>,
+        T: IntoConnectionInfo,
+    {
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(config)?;
+        let Some(first) = sentinels.first() else {
+            return Err(StoreError::config(BACKEND, "no Sentinel URL"));
+        };
+        let settings = first.redis_settings().clone();
+        let all_tls = sentinels
+            .iter()
+            .all(|s| matches!(s.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        let mut builder = redis::sentinel::SentinelClientBuilder::new(
+            sentinels.iter().map(|s| s.addr().clone()),
+            master,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(config)?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+        .set_client_to_redis_certificates(certificates.clone())
+        .set_client_to_sentinel_protocol(settings.protocol());
+        if all_tls {
+            builder = builder.set_client_to_sentinel_certificates(certificates);
+        }
+        if let Some(username) = settings.username() {
+            builder = builder.set_client_to_sentinel_username(username);
+        }
+        if let Some(password) = settings.password() {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        RedisStore::on_sentinel(builder.build().map_err(config)?).await
+    }
+
+    /// A store on the master the Sentinels of `client` name, its scripts
+    /// loaded.
+    async fn on_sentinel(
+        client: redis::sentinel::SentinelClient,
+    ) -> Result<RedisStore, StoreError> {
         let master = crate::reconnect::Reconnecting::sentinel(client);
         master
             .connection()

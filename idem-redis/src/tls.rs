@@ -77,8 +77,41 @@ fn split_files(url: &str) -> (String, Vec<(&'static str, String)>) {
     (url, files)
 }
 
+/// The certificates the TLS files of `url`'s query name (`cacert=FILE`,
+/// `cert=FILE`, `key=FILE`, as [`connection_info`] reads them), or `None`
+/// when it names none.
+///
+/// A Redis Cluster and the master a Sentinel names are reached at
+/// addresses the servers announce, not at the URL's, so their clients
+/// take the certificates apart from the URL:
+/// [`RedisStore::connect_cluster_with_tls`](crate::RedisStore::connect_cluster_with_tls)
+/// and
+/// [`RedisStore::connect_sentinel_with_tls`](crate::RedisStore::connect_sentinel_with_tls).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let urls = [
+///     "rediss://cache-1.internal:6380/?cacert=/etc/idem/ca.pem",
+///     "rediss://cache-2.internal:6380/?cacert=/etc/idem/ca.pem",
+/// ];
+/// let certificates = idem_redis::tls_certificates(urls[0])?.ok_or("the URL names no CA")?;
+/// let store = idem_redis::RedisStore::connect_cluster_with_tls(urls, certificates).await?;
+/// # Ok(()) }
+/// ```
+///
+/// A file that cannot be read, and a `cert` without a `key` or the other
+/// way round, are configuration errors. No error shows the URL's password.
 #[cfg(feature = "tls")]
-fn with_files(url: &str, files: &[(&'static str, String)]) -> Result<ConnectionInfo, StoreError> {
+pub fn tls_certificates(url: &str) -> Result<Option<redis::TlsCertificates>, StoreError> {
+    let (_, files) = split_files(url);
+    if files.is_empty() {
+        return Ok(None);
+    }
+    certificates(&files).map(Some)
+}
+
+#[cfg(feature = "tls")]
+fn certificates(files: &[(&'static str, String)]) -> Result<redis::TlsCertificates, StoreError> {
     let file = |name: &str| files.iter().find(|(n, _)| *n == name).map(|(_, v)| v);
     let read = |name: &'static str| -> Result<Option<Vec<u8>>, StoreError> {
         let Some(path) = file(name) else {
@@ -109,11 +142,15 @@ fn with_files(url: &str, files: &[(&'static str, String)]) -> Result<ConnectionI
             ))
         }
     };
-    let certificates = redis::TlsCertificates {
+    Ok(redis::TlsCertificates {
         client_tls,
         root_cert,
-    };
-    let client = redis::Client::build_with_tls(url, certificates)
+    })
+}
+
+#[cfg(feature = "tls")]
+fn with_files(url: &str, files: &[(&'static str, String)]) -> Result<ConnectionInfo, StoreError> {
+    let client = redis::Client::build_with_tls(url, certificates(files)?)
         .map_err(|error| StoreError::config(BACKEND, error))?;
     Ok(client.get_connection_info().clone())
 }
