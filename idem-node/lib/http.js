@@ -105,24 +105,27 @@ async function deliver(res, real, answer) {
     real.end.call(res, whole);
     return;
   }
+  // The socket's close, not the response's: `capture` holds the
+  // response's back from the application until it ends.
+  const socket = res.socket;
   try {
     for (let frame; (frame = await answer.next()) !== null; ) {
       if (!real.write.call(res, frame) && !res.destroyed) {
         await new Promise((resolve) => {
           const done = () => {
             res.off('drain', done);
-            res.off('close', done);
+            if (socket) socket.off('close', done);
             resolve();
           };
           res.on('drain', done);
-          res.on('close', done);
+          if (socket) socket.on('close', done);
         });
       }
       if (res.destroyed) return;
     }
   } catch {
     // The body failed: the response is cut short, never ended cleanly.
-    res.destroy();
+    real.destroy.call(res);
     return;
   }
   real.end.call(res);
@@ -131,13 +134,23 @@ async function deliver(res, real, answer) {
 /** Frames kept in flight before `write` asks its writer to wait. */
 const IN_FLIGHT = 16;
 
+/** The methods of `res` that `capture` replaces, as they are now. */
+function methodsOf(res) {
+  return { writeHead: res.writeHead, write: res.write, end: res.end, destroy: res.destroy, emit: res.emit };
+}
+
 /**
  * Hands every way `res` answers to `run`: the head on writeHead or the
- * first write or end, the body's chunks in order, its end. Returns the
- * methods `res` had, and `headSent()`.
+ * first write or end, the body's chunks in order, its end. A `destroy`
+ * before the end (what `stream.pipeline` does when a stream piped into
+ * `res` fails) calls `onDestroy` instead of closing the socket: the client
+ * gets what Rust answers for a failed body. A client that hangs up is
+ * not the application's business: the response's 'close' is held back
+ * until the application ends, so a stream piped into `res` goes on and its
+ * recording is whole. Returns the methods `res` had, and `headSent()`.
  */
-function capture(res, run, onEnd) {
-  const real = { writeHead: res.writeHead, write: res.write, end: res.end };
+function capture(res, run, onEnd, onDestroy) {
+  const real = methodsOf(res);
   let head = false;
   let ended = false;
   let open = true;
@@ -207,7 +220,22 @@ function capture(res, run, onEnd) {
     onEnd();
     return res;
   };
-  const restore = () => Object.assign(res, real);
+  res.destroy = function destroy(error) {
+    if (!ended) onDestroy(error === undefined || error === null ? new Error('the response was destroyed') : error);
+    return res;
+  };
+  let closed = false;
+  res.emit = function emit(name, ...args) {
+    if (name === 'close' && !ended) {
+      closed = true;
+      return false;
+    }
+    return real.emit.call(res, name, ...args);
+  };
+  const restore = () => {
+    Object.assign(res, real);
+    if (closed) res.emit('close');
+  };
   return { real, restore, headSent: () => head, ended: () => ended };
 }
 
@@ -226,13 +254,17 @@ async function exchange(settings, req, res, app) {
   const started = await options.start(req.method, req.url, req.rawHeaders, body, scope);
   if (started.kind === 'pass') return app(req, res, false);
   if (started.kind === 'answer') {
-    await deliver(res, { writeHead: res.writeHead, write: res.write, end: res.end }, started.answer);
+    await deliver(res, methodsOf(res), started.answer);
     return undefined;
   }
   const run = started.run;
   let captured;
+  let destroyed;
   const finished = new Promise((resolve, reject) => {
-    captured = capture(res, run, resolve);
+    captured = capture(res, run, resolve, (error) => {
+      destroyed = error;
+      reject(error);
+    });
     Promise.resolve()
       .then(() => app(req, res, true))
       .catch(reject);
@@ -252,6 +284,12 @@ async function exchange(settings, req, res, app) {
   }
   await delivered;
   captured.restore();
+  if (failure !== undefined && failure === destroyed) {
+    // Before its head the key was released and nothing is answered: the
+    // application closed the connection, and so it is closed.
+    if (!captured.headSent()) res.destroy(failure);
+    return undefined;
+  }
   if (failure !== undefined) throw failure;
   return undefined;
 }
@@ -272,7 +310,7 @@ function idempotentHandler(options, handler) {
         res.statusCode = 500;
         res.setHeader('content-type', 'text/plain; charset=utf-8');
         res.end('Internal Server Error');
-      } else {
+      } else if (!res.writableEnded) {
         res.destroy();
       }
       onError(error);
@@ -295,7 +333,7 @@ function idempotency(options) {
       next();
     }).catch((error) => {
       if (!nextCalled || !res.headersSent) next(error);
-      else res.destroy(error);
+      else if (!res.writableEnded) res.destroy(error);
     });
   };
 }

@@ -53,7 +53,8 @@ pub async fn problem(response: reqwest::Response, status: u16) -> String {
 }
 
 /// The headers a replay must repeat: all but the connection's own and the
-/// ones never recorded.
+/// ones never recorded. Node's server adds `connection` and `keep-alive`
+/// to every response it keeps the connection open after.
 pub fn replayable(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     let mut replayable = headers
         .iter()
@@ -63,6 +64,9 @@ pub fn replayable(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
                 "set-cookie",
                 "idempotent-replayed",
                 "content-length",
+                "connection",
+                "keep-alive",
+                "transfer-encoding",
             ]
             .contains(&name.as_str())
         })

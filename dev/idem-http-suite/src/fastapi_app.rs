@@ -142,7 +142,7 @@ impl Zygote {
 /// Options no public call reveals (`record_server_errors`, `fail_open`,
 /// a key source, fingerprint policies) do not cross: cases that set them
 /// skip `Adapter::FastApi`.
-fn middleware_options(options: &Options) -> serde_json::Value {
+pub(crate) fn middleware_options(options: &Options) -> serde_json::Value {
     let idem = options.idempotent();
     let no_headers = HeaderMap::new();
     let require_key = matches!(

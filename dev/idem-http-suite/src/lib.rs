@@ -2,8 +2,9 @@
 //! `idem-tower` (axum) and `idem-actix` (actix-web), `idem-proxy` in
 //! front of the same routes written in Python (`http.server`) and Node.js
 //! (`node:http`), and the same routes in FastAPI behind the `idempotence`
-//! package's ASGI middleware, served on 127.0.0.1, driven by a real
-//! client, on every store.
+//! package's ASGI middleware and in Express behind the `idempotence` npm
+//! package's middleware, served on 127.0.0.1, driven by a real client, on
+//! every store.
 //!
 //! A case takes an [`Adapter`] and a [`Backend`]; [`on_every_adapter_and_backend`]
 //! runs it on each pair. A new adapter is one more [`Adapter`] variant and
@@ -14,6 +15,7 @@ mod actix_app;
 mod axum_app;
 mod backend;
 mod client;
+mod express_app;
 mod fastapi_app;
 mod proxy_app;
 
@@ -46,41 +48,56 @@ pub enum Adapter {
     /// FastAPI and uvicorn (idem-python/ci.sh runs the suite so), and not
     /// on memory, whose records live in one process.
     FastApi,
+    /// `idempotency` (idem-node's Express middleware) in front of an
+    /// Express app (`src/express_app.js`) served by node in a child
+    /// process, which opens the backend's store by URL. It runs when
+    /// `IDEM_HTTP_SUITE_NODE` names node (idem-node/ci.sh runs the suite
+    /// so), and not on memory.
+    Express,
 }
 
 /// Every adapter, in the order cases run them.
-pub const ADAPTERS: [Adapter; 5] = [
+pub const ADAPTERS: [Adapter; 6] = [
     Adapter::Tower,
     Adapter::Actix,
     Adapter::ProxyPython,
     Adapter::ProxyNode,
     Adapter::FastApi,
+    Adapter::Express,
 ];
 
 /// The adapters that can run here: a proxy's upstream needs its
 /// interpreter, and one that is missing is skipped with a printed reason
 /// (or fails the case when `CI` is set). `Adapter::FastApi` runs when
 /// `IDEM_HTTP_SUITE_PYTHON` is set, and `IDEM_HTTP_SUITE_ADAPTERS=fastapi`
-/// runs it alone (idem-python/ci.sh does, once the package is built).
+/// runs it alone (idem-python/ci.sh does, once the package is built);
+/// `Adapter::Express` when `IDEM_HTTP_SUITE_NODE` is set, alone with
+/// `IDEM_HTTP_SUITE_ADAPTERS=express` (a comma-separated list of names).
 pub fn adapters() -> Vec<Adapter> {
-    let only_fastapi = std::env::var("IDEM_HTTP_SUITE_ADAPTERS").is_ok_and(|a| a == "fastapi");
+    let only = std::env::var("IDEM_HTTP_SUITE_ADAPTERS").ok();
     ADAPTERS
         .into_iter()
-        .filter(|adapter| !only_fastapi || *adapter == Adapter::FastApi)
+        .filter(|adapter| {
+            let name = format!("{adapter:?}").to_lowercase();
+            only.as_deref()
+                .is_none_or(|names| names.split(',').any(|n| n == name))
+        })
         .filter(|adapter| match adapter {
             Adapter::FastApi => fastapi_app::python().is_some(),
+            Adapter::Express => express_app::node().is_some(),
             _ => adapter.language().is_none_or(Language::available),
         })
         .collect()
 }
 
-/// The adapters that take any `Store` value: all but `Adapter::FastApi`,
-/// whose app opens its store by URL in another process, so a store made
-/// in a case (one that fails, hangs or counts) cannot reach it.
+/// The adapters that take any `Store` value: all but `Adapter::FastApi`
+/// and `Adapter::Express`, whose apps open their stores by URL in another
+/// process, so a store made in a case (one that fails, hangs or counts)
+/// cannot reach them.
 pub fn adapters_over_any_store() -> Vec<Adapter> {
     adapters()
         .into_iter()
-        .filter(|adapter| *adapter != Adapter::FastApi)
+        .filter(|adapter| !adapter.opens_its_store_by_url())
         .collect()
 }
 
@@ -98,10 +115,17 @@ impl Adapter {
     /// The language of the upstream behind a proxy.
     pub fn language(self) -> Option<Language> {
         match self {
-            Adapter::Tower | Adapter::Actix | Adapter::FastApi => None,
+            Adapter::Tower | Adapter::Actix | Adapter::FastApi | Adapter::Express => None,
             Adapter::ProxyPython => Some(Language::Python),
             Adapter::ProxyNode => Some(Language::Node),
         }
+    }
+
+    /// Whether the app runs in a process of its own that opens the
+    /// backend's store by URL (so not memory, and only the options
+    /// `fastapi_app::middleware_options` reads cross to it).
+    pub fn opens_its_store_by_url(self) -> bool {
+        matches!(self, Adapter::FastApi | Adapter::Express)
     }
 
     /// Serves the app behind this adapter with `options` on a free port of
@@ -125,6 +149,21 @@ impl Adapter {
                 });
                 let handlers = Handlers {
                     fastapi: Some(app),
+                    ..Handlers::default()
+                };
+                (addr, Arc::new(handlers))
+            }
+            None if self == Adapter::Express => {
+                let app = Arc::new(express_app::App::start(&options, scope));
+                let addr = app.addr().to_owned();
+                // Held until the case's runtime ends, as the FastAPI app.
+                let held = Arc::clone(&app);
+                tokio::spawn(async move {
+                    std::future::pending::<()>().await;
+                    drop(held);
+                });
+                let handlers = Handlers {
+                    express: Some(app),
                     ..Handlers::default()
                 };
                 (addr, Arc::new(handlers))
@@ -165,7 +204,7 @@ where
 {
     for adapter in adapters() {
         for backend in backends().await {
-            if adapter == Adapter::FastApi && backend.name == "memory" {
+            if adapter.opens_its_store_by_url() && backend.name == "memory" {
                 // Its records live in the suite's process, out of the app's reach.
                 continue;
             }
@@ -185,6 +224,7 @@ pub struct Handlers {
     gate: Semaphore,
     upstream: Option<Arc<Upstream>>,
     fastapi: Option<Arc<fastapi_app::App>>,
+    express: Option<Arc<express_app::App>>,
 }
 
 impl Default for Handlers {
@@ -194,6 +234,7 @@ impl Default for Handlers {
             gate: Semaphore::new(0),
             upstream: None,
             fastapi: None,
+            express: None,
         }
     }
 }
@@ -202,6 +243,9 @@ impl Handlers {
     /// How many times a handler has run (for an upstream, one blocking
     /// call to its `GET /effects`).
     pub fn runs(&self) -> usize {
+        if let Some(app) = &self.express {
+            return app.runs();
+        }
         match (&self.upstream, &self.fastapi) {
             (Some(upstream), _) => upstream.runs(),
             (_, Some(app)) => app.runs(),
@@ -211,6 +255,10 @@ impl Handlers {
 
     /// Lets one request waiting at `/gated` through.
     pub fn open_gate(&self) {
+        if let Some(app) = &self.express {
+            app.open_gate();
+            return;
+        }
         match (&self.upstream, &self.fastapi) {
             (Some(upstream), _) => upstream.open_gate(),
             (_, Some(app)) => app.open_gate(),

@@ -355,9 +355,9 @@ async fn server_errors_release_the_key_by_default() {
 async fn server_errors_are_replayed_when_the_layer_records_them() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
         // No public call of `Options` reveals the setting, so it cannot
-        // cross to the FastAPI app's process; idem-python's
-        // tests/test_asgi.py sets it there.
-        if adapter == Adapter::FastApi {
+        // cross to the FastAPI or Express app's process; idem-python's
+        // tests/test_asgi.py and idem-node's test/http.test.js set it there.
+        if adapter.opens_its_store_by_url() {
             return;
         }
         let layer = backend.options().record_server_errors(true);

@@ -7,10 +7,11 @@ use idem_http_suite::{on_every_adapter_and_backend, problem, Adapter, Backend};
 use reqwest::header::CONTENT_TYPE;
 
 /// Whether the adapter's options can carry Rust values (a policy, a key
-/// source); the FastAPI app's are made in its own process, and
-/// idem-python's tests/test_asgi.py tests its policies there.
+/// source); the FastAPI and Express apps' are made in their own processes,
+/// and idem-python's tests/test_asgi.py and idem-node's tests test their
+/// policies there.
 fn takes_rust_values(adapter: Adapter) -> bool {
-    adapter != Adapter::FastApi
+    !adapter.opens_its_store_by_url()
 }
 
 /// Sends `body` as `content_type` with `key` (if any) and returns the

@@ -22,9 +22,10 @@ fn counted(backend: &Backend) -> (Options, CountingStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_prefers_to_wait_gets_the_originals_response_instead_of_409() {
     on_every_adapter_and_backend(|adapter: Adapter, backend: Backend| async move {
-        // The counting store lives in this process; the FastAPI app's is
-        // its own (idem-python's tests/test_asgi.py waits there).
-        if adapter == Adapter::FastApi {
+        // The counting store lives in this process; the FastAPI and
+        // Express apps' are their own (idem-python's tests/test_asgi.py
+        // waits there).
+        if adapter.opens_its_store_by_url() {
             return;
         }
         let (options, counting) = counted(&backend);
