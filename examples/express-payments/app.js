@@ -38,7 +38,8 @@ app.get('/payments', (req, res) => res.json(charges));
 
 if (require.main === module) {
   const port = Number(process.env.PORT || 8000);
-  app.listen(port, () => console.log(`payments on http://127.0.0.1:${port}`));
+  // PORT=0 takes a free port; the line says which.
+  const server = app.listen(port, () => console.log(`payments on http://127.0.0.1:${server.address().port}`));
 }
 
 module.exports = { app, charges };
