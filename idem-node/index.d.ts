@@ -165,3 +165,17 @@ export function idempotentHandler(
 export function idempotency(
   options: HttpOptions,
 ): (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, next: (error?: unknown) => void) => void;
+
+/**
+ * A Fastify plugin doing the same for the routes of the instance it is
+ * registered on (it is not encapsulated): `app.register(fastifyIdempotency,
+ * options)`. It runs in an `onRequest` hook, before Fastify parses the
+ * body, so `scope` is given the raw request. A replay or a problem is
+ * written after `reply.hijack()`; a thrown error's 500 is not recorded, so
+ * its key is released.
+ */
+export function fastifyIdempotency(
+  fastify: { addHook(name: 'onRequest', hook: (request: any, reply: any, done: (error?: Error) => void) => void): unknown },
+  options: HttpOptions,
+  done: (error?: Error) => void,
+): void;

@@ -6,8 +6,9 @@
 
 const { openStore, makeIdempotent } = require('./lib/idempotent');
 const { idempotentHandler, idempotency } = require('./lib/http');
+const { fastifyIdempotency } = require('./lib/fastify');
 const errors = require('./lib/errors');
 
 const { fromOutcome: _fromOutcome, ...classes } = errors;
 
-module.exports = { openStore, makeIdempotent, idempotentHandler, idempotency, ...classes };
+module.exports = { openStore, makeIdempotent, idempotentHandler, idempotency, fastifyIdempotency, ...classes };

@@ -244,8 +244,10 @@ function capture(res, run, onEnd, onDestroy) {
  * decided by Rust goes to the socket. The application is done when it
  * calls `res.end`; one that throws (or whose Promise rejects) first gets
  * its key released if no head was sent, and the error is thrown again.
+ * `onAnswer()` is called when Rust answers and the application does not
+ * run (a framework is told to leave the response alone).
  */
-async function exchange(settings, req, res, app) {
+async function exchange(settings, req, res, app, onAnswer) {
   const options = settings.native;
   if (!options.admits(req.method, req.rawHeaders)) return app(req, res, false);
   const body = await readBody(req, options.maxRequestBody + 1);
@@ -254,6 +256,7 @@ async function exchange(settings, req, res, app) {
   const started = await options.start(req.method, req.url, req.rawHeaders, body, scope);
   if (started.kind === 'pass') return app(req, res, false);
   if (started.kind === 'answer') {
+    if (onAnswer) onAnswer();
     await deliver(res, methodsOf(res), started.answer);
     return undefined;
   }
@@ -338,4 +341,4 @@ function idempotency(options) {
   };
 }
 
-module.exports = { idempotentHandler, idempotency, httpOptions };
+module.exports = { idempotentHandler, idempotency, httpOptions, exchange };
