@@ -5,9 +5,10 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
+const http = require('node:http');
 const path = require('node:path');
 const { fork, execFileSync } = require('node:child_process');
-const { openStore, makeIdempotent, MismatchError, InProgressError } = require('..');
+const { openStore, makeIdempotent, idempotentHandler, MismatchError, InProgressError } = require('..');
 const { SHARED, storeUrl, namespace, scratch } = require('./stores');
 
 const target = process.env.CARGO_TARGET_DIR || path.join(__dirname, '..', '..', 'target');
@@ -91,6 +92,67 @@ for (const kind of SHARED) {
     assert.ok(error.retryAfter > 0 && error.retryAfter <= 30, String(error.retryAfter));
     assert.equal(runs, 0);
     assert.equal(fs.readFileSync(effects, 'utf8'), 'ran\n');
+  });
+}
+
+for (const kind of SHARED) {
+  test(`a server killed mid-request: no second run while its lease lives [${kind}]`, async (t) => {
+    const url = await storeUrl(t, kind);
+    if (url === null) return;
+    const ns = namespace();
+    const effects = path.join(scratch(), 'effects');
+    fs.writeFileSync(effects, '');
+    const child = fork(path.join(__dirname, 'fixtures', 'killed-server.js'), [url, ns, effects]);
+    const gone = new Promise((resolve) => child.once('exit', resolve));
+    const messages = [];
+    let arrived;
+    child.on('message', (message) => {
+      messages.push(message);
+      if (arrived) arrived();
+    });
+    const message = async () => {
+      while (messages.length === 0) await new Promise((resolve) => (arrived = resolve));
+      return messages.shift();
+    };
+    const request = (port) =>
+      fetch(`http://127.0.0.1:${port}/payments`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'k' },
+        body: '{"amount":1250}',
+      });
+    try {
+      const port = await message();
+      // The first request never gets an answer: its server dies.
+      const first = request(port).catch((error) => error);
+      assert.equal(await message(), 'running');
+      child.kill('SIGKILL');
+      await gone;
+      assert.ok((await first) instanceof Error);
+    } finally {
+      child.kill('SIGKILL');
+    }
+    // Another server on the same store: the retry finds the dead
+    // server's lease and runs nothing.
+    let runs = 0;
+    const server = http.createServer(
+      idempotentHandler({ store: openStore(url), namespace: ns, lease: 30 }, (req, res) => {
+        runs += 1;
+        res.end('ran again');
+      }),
+    );
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const retry = await request(server.address().port);
+      assert.equal(retry.status, 409);
+      assert.match((await retry.json()).type, /in-progress/);
+      const after = Number(retry.headers.get('retry-after'));
+      assert.ok(after > 0 && after <= 30, String(after));
+      assert.equal(runs, 0);
+      assert.equal(fs.readFileSync(effects, 'utf8'), 'ran\n');
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 }
 
