@@ -35,6 +35,25 @@
 //! **Failures the tests reproduce** (`tests/brokers`): the ack withheld
 //! and the connection closed; duplicate publishes; poison and
 //! always-failing messages; consumers killed with SIGKILL mid-handler.
+//!
+//! # Connecting over TLS
+//!
+//! [`connect`] takes an `amqps://` URL with the TLS files in its query,
+//! named as RabbitMQ's URI spec names them:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), idem_broker::BrokerError> {
+//! let url = "amqps://billing:secret@rabbit.internal:5671/%2f\
+//!     ?cacertfile=/etc/idem/ca.pem&certfile=/etc/idem/client.pem&keyfile=/etc/idem/client.key";
+//! let properties = idem_broker::lapin::ConnectionProperties::default();
+//! let connection = idem_broker::amqp::connect(url, properties).await?;
+//! # let _ = connection; Ok(()) }
+//! ```
+//!
+//! Without `cacertfile` the server is checked against Mozilla's roots.
+//! lapin's own `Connection::connect` does TLS too (this crate's `tls`
+//! feature turns on its rustls), but takes a client certificate only as
+//! PKCS#12; [`connect`] reads PEM files, as the other brokers and stores do.
 
 use std::fmt;
 use std::time::Duration;
@@ -58,6 +77,89 @@ const BROKER: &str = "amqp";
 pub const RETRIES_HEADER: &str = "x-idem-retries";
 /// The header that carries a dead letter's reason.
 pub const REASON_HEADER: &str = "x-idem-dead-letter-reason";
+
+/// The TLS files of an AMQP URL's query, as RabbitMQ's URI spec names
+/// them.
+const TLS_FILES: crate::tls::Names = crate::tls::Names {
+    ca: "cacertfile",
+    cert: "certfile",
+    key: "keyfile",
+};
+
+/// Connects to the RabbitMQ of `url`: `amqp://` in plain TCP, `amqps://`
+/// over TLS with the files its query names (see the [module docs](self)).
+///
+/// `cacertfile=FILE` is the CA to trust instead of Mozilla's roots;
+/// `certfile=FILE` and `keyfile=FILE` are a client certificate and its
+/// key (PEM), for servers with `fail_if_no_peer_cert`. The files are read
+/// before connecting: one missing or not PEM, or TLS files on an
+/// `amqp://` URL, is a [`BrokerError::Config`] naming the parameter. A
+/// refused certificate fails here, before any consumer exists. No error
+/// shows the URL's password.
+pub async fn connect(
+    url: &str,
+    properties: lapin::ConnectionProperties,
+) -> Result<lapin::Connection, BrokerError> {
+    let split = crate::tls::split(url, &[TLS_FILES.ca, TLS_FILES.cert, TLS_FILES.key]);
+    let uri: lapin::uri::AMQPUri = split.url.parse().map_err(|e: String| {
+        let e = e.replace(&split.url, &crate::tls::redact(&split.url));
+        BrokerError::Config(format!("amqp: the URL is not an AMQP URI: {e}"))
+    })?;
+    match uri.scheme {
+        lapin::uri::AMQPScheme::AMQP => {
+            if let Some((name, _)) = split.taken.first() {
+                return Err(BrokerError::Config(format!(
+                    "amqp: `{name}` names a TLS file, and the URL is amqp:// (plain TCP): use amqps://"
+                )));
+            }
+            lapin::Connection::connect_uri(uri, properties)
+                .await
+                .map_err(broken)
+        }
+        lapin::uri::AMQPScheme::AMQPS => tls_connect(uri, &split, properties).await,
+    }
+}
+
+#[cfg(feature = "tls")]
+async fn tls_connect(
+    uri: lapin::uri::AMQPUri,
+    split: &crate::tls::Split,
+    properties: lapin::ConnectionProperties,
+) -> Result<lapin::Connection, BrokerError> {
+    use lapin::tcp::{RustlsConnector, TcpStream};
+
+    let config = crate::tls::client_config(BROKER, split, TLS_FILES)?;
+    let connector = RustlsConnector::from(std::sync::Arc::new(config));
+    // lapin runs this on a blocking thread and drives the handshake to
+    // its end; the stream must then be non-blocking for its reactor, as
+    // lapin's own connect leaves it. Its signature fixes the large error.
+    #[allow(clippy::result_large_err)]
+    let connect = move |uri: &lapin::uri::AMQPUri| {
+        let host = uri.authority.host.as_str();
+        let address = (host, uri.authority.port);
+        let stream = match uri.query.connection_timeout {
+            Some(ms) => TcpStream::connect_timeout(address, Duration::from_millis(ms))?,
+            None => TcpStream::connect(address)?,
+        };
+        let stream = stream.into_rustls(&connector, host)?;
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    };
+    lapin::Connection::connector(uri, Box::new(connect), properties)
+        .await
+        .map_err(broken)
+}
+
+#[cfg(not(feature = "tls"))]
+async fn tls_connect(
+    _: lapin::uri::AMQPUri,
+    _: &crate::tls::Split,
+    _: lapin::ConnectionProperties,
+) -> Result<lapin::Connection, BrokerError> {
+    Err(BrokerError::Config(
+        "amqp: the URL is amqps://, and idem-broker was built without its `tls` feature".to_owned(),
+    ))
+}
 
 /// A RabbitMQ queue subscription handing out deliveries.
 ///

@@ -127,6 +127,8 @@ pub mod kafka;
 pub mod nats;
 #[cfg(feature = "redis-streams")]
 pub mod streams;
+#[cfg(any(feature = "nats", feature = "amqp"))]
+mod tls;
 
 pub use consumer::{Consumer, ConsumerConfig, KeyFn, Outcome, Stats};
 pub use delivery::{Delivery, Source};

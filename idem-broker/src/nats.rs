@@ -42,6 +42,23 @@
 //! late ack would settle the other consumer's redelivery; duplicate
 //! publishes after the duplicate window; poison and always-failing
 //! messages; consumers killed with SIGKILL mid-handler.
+//!
+//! # Connecting over TLS
+//!
+//! [`connect`] takes a NATS URL with the TLS files in its query, named as
+//! the `nats` command's flags name them:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), idem_broker::BrokerError> {
+//! let url = "tls://billing:secret@nats.internal:4222\
+//!     ?tlsca=/etc/idem/ca.pem&tlscert=/etc/idem/client.pem&tlskey=/etc/idem/client.key";
+//! let js = idem_broker::async_nats::jetstream::new(idem_broker::nats::connect(url).await?);
+//! # let _ = js; Ok(()) }
+//! ```
+//!
+//! `tls://` (or `nats://…?tls=true`) refuses a server that does not
+//! offer TLS; plain `nats://` still upgrades when the server requires it.
+//! Without `tlsca` the server is checked against Mozilla's roots.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -65,6 +82,58 @@ pub const REASON_HEADER: &str = "Idem-Dead-Letter-Reason";
 /// the dead-letter stream would drop a second dead letter of the same id
 /// within its duplicate window.
 pub const ID_HEADER: &str = "Idem-Message-Id";
+
+/// The TLS files of a NATS URL's query.
+const TLS_FILES: crate::tls::Names = crate::tls::Names {
+    ca: "tlsca",
+    cert: "tlscert",
+    key: "tlskey",
+};
+/// The query parameter that makes TLS required on a `nats://` URL.
+const TLS_REQUIRED: &str = "tls";
+
+/// Connects to the NATS server(s) of `url` (comma-separated for several),
+/// with the TLS files its query names (see the [module docs](self)).
+///
+/// The query's `tlsca=FILE` is the CA to trust instead of Mozilla's
+/// roots; `tlscert=FILE` and `tlskey=FILE` are a client certificate and
+/// its key, for servers that `verify` clients; `tls=true` refuses a server
+/// that does not offer TLS, as `tls://` does. The files are read before
+/// connecting: one missing or not PEM is a [`BrokerError::Config`] naming
+/// the parameter. A server that cannot be reached, or whose certificate is
+/// refused, fails here, before any consumer exists; no error shows the
+/// URL's password. Everything else is async-nats's defaults: use
+/// [`connect_with_options`] to change them.
+pub async fn connect(url: &str) -> Result<async_nats::Client, BrokerError> {
+    connect_with_options(url, async_nats::ConnectOptions::new()).await
+}
+
+/// As [`connect`], on top of `options` (credentials, names, timeouts).
+pub async fn connect_with_options(
+    url: &str,
+    options: async_nats::ConnectOptions,
+) -> Result<async_nats::Client, BrokerError> {
+    let split = crate::tls::split(
+        url,
+        &[TLS_FILES.ca, TLS_FILES.cert, TLS_FILES.key, TLS_REQUIRED],
+    );
+    let required = match split.value(TLS_REQUIRED) {
+        None | Some("false" | "0") => false,
+        Some("true" | "1") => true,
+        Some(other) => {
+            return Err(BrokerError::Config(format!(
+                "nats: `{TLS_REQUIRED}={other}` is neither true nor false"
+            )))
+        }
+    };
+    let config = crate::tls::client_config(BROKER, &split, TLS_FILES)?;
+    options
+        .require_tls(required)
+        .tls_client_config(config)
+        .connect(split.url.as_str())
+        .await
+        .map_err(|e| BrokerError::broker(BROKER, e))
+}
 
 /// A JetStream pull consumer handing out deliveries.
 ///

@@ -402,3 +402,96 @@ pub fn mariadb_tls_server(
     }
     Ok(watched)
 }
+
+/// `nats-server` with JetStream (its store in `dir`) and TLS only on
+/// `port` of loopback, presenting `which` certificate of `certs` and
+/// asking clients for one signed by their CA (`verify: true`). It goes
+/// away with the value returned, or when this process exits.
+pub fn nats_tls_server(
+    dir: &Path,
+    certs: &Certs,
+    which: ServerCert,
+    port: u16,
+) -> Result<Watched, String> {
+    let (cert, key) = certs.server(which);
+    let config = dir.join(format!("nats-{port}.conf"));
+    let text = format!(
+        "listen: \"127.0.0.1:{port}\"\n\
+         jetstream {{ store_dir: {:?} }}\n\
+         tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify: true\n  timeout: 2\n}}\n",
+        dir.join(format!("jetstream-{port}")),
+        cert,
+        key,
+        certs.path("ca.pem"),
+    );
+    std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+    let command = ["nats-server".into(), "-c".into(), config.into_os_string()];
+    let watched = Watched::start(&command, None).map_err(|e| format!("nats-server: {e}"))?;
+    if !wait_for_port(port, std::time::Duration::from_secs(10)) {
+        return Err(format!("nats-server never listened on {port}"));
+    }
+    Ok(watched)
+}
+
+/// A RabbitMQ node of its own (named `idem-tls-PORT@localhost`, its
+/// database, logs and Erlang cookie in `dir`) with one listener, TLS on
+/// `port` of loopback, presenting `which` certificate of `certs` and
+/// requiring a client certificate signed by their CA
+/// (`fail_if_no_peer_cert`); `guest`/`guest` may log in from anywhere.
+/// `dist_port` is its Erlang distribution port. It goes away with the
+/// value returned, or when this process exits, and takes `dir` with it.
+pub fn rabbitmq_tls_server(
+    dir: &Path,
+    certs: &Certs,
+    which: ServerCert,
+    port: u16,
+    dist_port: u16,
+) -> Result<Watched, String> {
+    let server = Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server");
+    if !server.exists() {
+        return Err(format!("no {}", server.display()));
+    }
+    let (cert, key) = certs.server(which);
+    let config = dir.join("rabbitmq");
+    let text = format!(
+        "listeners.tcp = none\n\
+         listeners.ssl.default = 127.0.0.1:{port}\n\
+         ssl_options.cacertfile = {}\n\
+         ssl_options.certfile = {}\n\
+         ssl_options.keyfile = {}\n\
+         ssl_options.verify = verify_peer\n\
+         ssl_options.fail_if_no_peer_cert = true\n\
+         loopback_users = none\n",
+        certs.path("ca.pem").display(),
+        cert.display(),
+        key.display(),
+    );
+    let file = config.with_extension("conf");
+    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let var = |name: &str, value: &Path| format!("{name}={}", value.display()).into();
+    let command: Vec<std::ffi::OsString> = vec![
+        "env".into(),
+        var("HOME", dir),
+        format!("RABBITMQ_NODENAME=idem-tls-{port}@localhost").into(),
+        format!("RABBITMQ_NODE_PORT={port}").into(),
+        format!("RABBITMQ_DIST_PORT={dist_port}").into(),
+        var("RABBITMQ_CONFIG_FILE", &config),
+        var("RABBITMQ_MNESIA_BASE", &dir.join("mnesia")),
+        var("RABBITMQ_LOG_BASE", &dir.join("log")),
+        var("RABBITMQ_ENABLED_PLUGINS_FILE", &dir.join("plugins")),
+        var("RABBITMQ_PID_FILE", &dir.join("rabbitmq.pid")),
+        server.into(),
+    ];
+    let watched = Watched::start(&command, Some(dir)).map_err(|e| format!("rabbitmq: {e}"))?;
+    // 4 s on an idle machine; more than 30 s seen with both cores busy.
+    if !wait_for_port(port, std::time::Duration::from_secs(90)) {
+        let log = std::fs::read_dir(dir.join("log"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+            .collect::<String>();
+        return Err(format!("rabbitmq never listened on {port}: {log}"));
+    }
+    Ok(watched)
+}
