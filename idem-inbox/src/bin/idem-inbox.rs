@@ -9,7 +9,16 @@
 //! idem-inbox --queue postgres://root@127.0.0.1/test --table idem_inbox_jobs inspect 42
 //! idem-inbox --queue inbox.db requeue 42
 //! ```
+//!
+//! The queue may also come from a file (`--queue-file PATH`, its first
+//! line) or the environment (`IDEM_INBOX_QUEUE`), which keeps a password
+//! out of the process list; a flag wins over the file, the file over the
+//! environment. A `postgres://` URL takes `sslmode`, `sslrootcert`,
+//! `sslcert` and `sslkey` as libpq does. Errors show a URL's password as
+//! `***`.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -20,9 +29,13 @@ use idem_inbox::queue::{JobId, JobInfo, PostgresQueue, Queue, QueueError, Sqlite
 #[derive(Debug, Parser)]
 #[command(name = "idem-inbox", version)]
 struct Cli {
-    /// The queue: a SQLite file path, or a postgres:// URL.
-    #[arg(long, env = "IDEM_INBOX_QUEUE")]
-    queue: String,
+    /// The queue: a SQLite file path, or a postgres:// URL (default: the
+    /// first line of --queue-file, else $IDEM_INBOX_QUEUE).
+    #[arg(long)]
+    queue: Option<String>,
+    /// A file whose first line is the queue, as --queue takes it.
+    #[arg(long, value_name = "PATH")]
+    queue_file: Option<PathBuf>,
     /// The PostgreSQL table (default idem_inbox_jobs).
     #[arg(long)]
     table: Option<String>,
@@ -54,29 +67,125 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli).await {
-        Ok(code) => code,
+    let location = match given_queue(&cli) {
+        Ok(location) => location,
         Err(e) => {
             eprintln!("idem-inbox: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let queue = match open(&location, cli.table.as_deref()).await {
+        Ok(queue) => queue,
+        Err(e) => {
+            eprintln!(
+                "idem-inbox: cannot open {}: {}",
+                redact(&location),
+                Redacted(&e, &location)
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cli, queue).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("idem-inbox: {}", Redacted(&e, &location));
             ExitCode::from(2)
         }
     }
 }
 
-async fn open(cli: &Cli) -> Result<Arc<dyn Queue>, QueueError> {
-    if cli.queue.starts_with("postgres://") || cli.queue.starts_with("postgresql://") {
-        let mut queue = PostgresQueue::connect(&cli.queue).await?;
-        if let Some(table) = &cli.table {
+/// The environment variable that names the queue when no flag does.
+const QUEUE_ENV: &str = "IDEM_INBOX_QUEUE";
+
+/// The queue from `--queue`, else the first line of `--queue-file`, else
+/// [`QUEUE_ENV`]. An error names the file, never what it holds.
+fn given_queue(cli: &Cli) -> Result<String, String> {
+    if let Some(queue) = &cli.queue {
+        return Ok(queue.trim().to_owned());
+    }
+    if let Some(file) = &cli.queue_file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read the queue from {}: {e}", file.display()))?;
+        return text
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                format!(
+                    "cannot read the queue from {}: the file is empty",
+                    file.display()
+                )
+            });
+    }
+    std::env::var(QUEUE_ENV)
+        .ok()
+        .map(|queue| queue.trim().to_owned())
+        .filter(|queue| !queue.is_empty())
+        .ok_or_else(|| format!("no queue: give --queue, --queue-file or {QUEUE_ENV}"))
+}
+
+async fn open(location: &str, table: Option<&str>) -> Result<Arc<dyn Queue>, QueueError> {
+    if location.starts_with("postgres://") || location.starts_with("postgresql://") {
+        let mut queue = PostgresQueue::connect(location).await?;
+        if let Some(table) = table {
             queue = queue.with_table(table)?;
         }
         Ok(Arc::new(queue))
     } else {
-        Ok(Arc::new(SqliteQueue::open(&cli.queue).await?))
+        Ok(Arc::new(SqliteQueue::open(location).await?))
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, QueueError> {
-    let queue = open(&cli).await?;
+/// `scheme://user:secret@host…` → `scheme://user:***@host…`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// An error with its sources, and with the URL's password, should any
+/// layer have quoted it, as `***`.
+struct Redacted<'a>(&'a QueueError, &'a str);
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = self.0.to_string();
+        let mut source = std::error::Error::source(self.0);
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        let password = self
+            .1
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+            .and_then(|authority| authority.rsplit_once('@'))
+            .and_then(|(userinfo, _)| userinfo.split_once(':'))
+            .map(|(_, password)| password)
+            .filter(|password| !password.is_empty());
+        if let Some(password) = password {
+            text = text
+                .replace(self.1, &redact(self.1))
+                .replace(password, "***");
+        }
+        f.write_str(&text)
+    }
+}
+
+async fn run(cli: &Cli, queue: Arc<dyn Queue>) -> Result<ExitCode, QueueError> {
     match &cli.command {
         Command::DeadLetters { limit } => {
             for job in queue.dead_letters(*limit).await? {
