@@ -17,6 +17,7 @@ pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod sql;
+pub(crate) mod sql_bench;
 pub(crate) mod sqlite;
 pub(crate) mod target;
 

@@ -1,52 +1,47 @@
 //! MariaDB: `MySqlStore` against its bare claim and complete statements on
 //! the same sqlx pool, with round trips from the pool's own session
-//! counters.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! counters; bulk rows from the Sequence engine's `seq_<from>_to_<to>`
+//! tables.
 
 use async_trait::async_trait;
-use idem_core::store::{Record, Store};
 use idem_mysql::MySqlStore;
 use sqlx::{Executor, Row};
 
-use crate::bench::{Bench, Contestant, Counters};
+use crate::bench::{Contestant, Counters};
 use crate::fixture::BoxError;
-use crate::report::Report;
-use crate::stores::sql;
-use crate::stores::target::{self, Footprint, Target};
-
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::stores::sql::{self, SqlStore};
+use crate::stores::sql_bench::{hold_all, Dialect, SqlBench, SqlTarget};
+use crate::stores::target::{self, Footprint};
 
 /// The MariaDB rows and their shared pool.
-pub(crate) struct MySqlBench {
-    store: MySqlStore,
-}
+pub(crate) type MySqlBench = SqlBench<MySqlStore>;
 
-impl std::fmt::Debug for MySqlBench {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlBench")
-            .field("table", &self.store.table())
-            .finish_non_exhaustive()
+/// MariaDB in its own table.
+pub(crate) type MySqlTarget = SqlTarget<MySqlStore>;
+
+#[async_trait]
+impl Dialect for MySqlStore {
+    const NAME: &'static str = "mysql";
+
+    type Observer = ();
+
+    fn quote(name: &str) -> String {
+        format!("`{name}`")
     }
-}
 
-impl MySqlBench {
-    /// Connects the store's pool (sqlx's defaults, as `connect` gives a
-    /// user) and creates a table for this run.
-    pub(crate) async fn connect(url: &str, tag: &str) -> Result<MySqlBench, BoxError> {
-        let store = tokio::time::timeout(CONNECT_TIMEOUT, MySqlStore::connect(url))
-            .await
-            .map_err(|_| "no answer within 5 s")??
-            .with_table(&format!("idem_bench_{tag}"))?;
-        store.migrate().await?;
-        sqlx::raw_sql(&format!(
-            "CREATE TABLE IF NOT EXISTS `idem_bench_{tag}_charges` \
+    fn charges_table(table: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} \
              (`key` VARBINARY(1024) NOT NULL, amount BIGINT NOT NULL) ENGINE = InnoDB"
-        ))
-        .execute(store.pool())
-        .await?;
-        Ok(MySqlBench { store })
+        )
+    }
+
+    fn charge_insert(table: &str) -> String {
+        format!("INSERT INTO {table} (`key`, amount) VALUES (?, ?)")
+    }
+
+    async fn observer(_url: &str) -> Result<(), BoxError> {
+        Ok(())
     }
 
     /// Statements executed so far on every connection of the pool: the
@@ -55,17 +50,9 @@ impl MySqlBench {
     /// would count other clients too; each session's own `Com_*` counters
     /// count only this pool's statements, and the `SHOW` that reads them is
     /// not one of them.
-    async fn read_counters(&self) -> Result<Counters, BoxError> {
-        let pool = self.store.pool();
-        let mut held = Vec::new();
-        for _ in 0..pool.size() {
-            match tokio::time::timeout(Duration::from_millis(200), pool.acquire()).await {
-                Ok(conn) => held.push(conn?),
-                Err(_) => break,
-            }
-        }
+    async fn read_counters(&self, _observer: &()) -> Result<Counters, BoxError> {
         let mut total = 0_u64;
-        for conn in &mut held {
+        for conn in &mut hold_all(SqlStore::pool(self)).await? {
             // A bare string goes as text, not as a prepared statement.
             let rows = (&mut **conn)
                 .fetch_all(
@@ -80,103 +67,19 @@ impl MySqlBench {
         }
         Ok(Counters::from([("stmt".to_owned(), total)]))
     }
-}
 
-#[async_trait]
-impl Bench for MySqlBench {
-    fn store(&self) -> &'static str {
-        "mysql"
-    }
-
-    fn contestants(&self) -> Vec<Contestant> {
-        let insert = format!(
-            "INSERT INTO `{}_charges` (`key`, amount) VALUES (?, ?)",
-            self.store.table()
-        );
-        sql::contestants(&self.store, insert, |d| d.get("stmt").copied().unwrap_or(0))
-    }
-
-    async fn tidy(&self) -> Result<(), BoxError> {
-        Ok(())
-    }
-
-    async fn counters(&self) -> Result<Option<Counters>, BoxError> {
-        Ok(self.read_counters().await.ok())
-    }
-
-    async fn finish(&self, _report: &mut Report) -> Result<(), BoxError> {
-        let table = self.store.table();
-        // The name was built by this harness and validated by the store.
-        sqlx::raw_sql(&format!(
-            "DROP TABLE IF EXISTS `{table}`, `{table}_charges`"
-        ))
-        .execute(self.store.pool())
-        .await?;
-        Ok(())
-    }
-}
-
-/// MariaDB in its own table; bulk rows from the Sequence engine's
-/// `seq_<from>_to_<to>` tables.
-pub(crate) struct MySqlTarget {
-    store: Arc<MySqlStore>,
-}
-
-impl MySqlTarget {
-    pub(crate) async fn connect(url: &str, tag: &str) -> Result<MySqlTarget, BoxError> {
-        let store = tokio::time::timeout(target::CONNECT_TIMEOUT, MySqlStore::connect(url))
-            .await
-            .map_err(|_| "no answer within 5 s")??
-            .with_table(&format!("idem_bench_{tag}"))?;
-        store.migrate().await?;
-        Ok(MySqlTarget {
-            store: Arc::new(store),
-        })
-    }
-
-    fn table(&self) -> String {
-        format!("`{}`", self.store.table())
-    }
-
-    /// Data, index and free bytes from `information_schema`, after
-    /// refreshing the table's statistics.
-    async fn sizes(&self) -> Result<(u64, u64, u64), BoxError> {
-        sqlx::raw_sql(&format!("ANALYZE TABLE {}", self.table()))
-            .execute(self.store.pool())
-            .await?;
-        let row = sqlx::query(
-            "SELECT CAST(data_length AS SIGNED), CAST(index_length AS SIGNED), \
-             CAST(data_free AS SIGNED) FROM information_schema.TABLES \
-             WHERE table_schema = DATABASE() AND table_name = ?",
-        )
-        .bind(self.store.table())
-        .fetch_one(self.store.pool())
-        .await?;
-        let (data, index, free): (i64, i64, i64) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        Ok((data as u64, index as u64, free as u64))
-    }
-}
-
-#[async_trait]
-impl Target for MySqlTarget {
-    fn name(&self) -> &'static str {
-        "mysql"
-    }
-
-    fn store(&self) -> Arc<dyn Store> {
-        self.store.clone()
+    fn contestants(&self, insert: String) -> Vec<Contestant> {
+        sql::contestants(self, insert, |d| d.get("stmt").copied().unwrap_or(0))
     }
 
     async fn fill(
         &self,
+        t: &str,
         prefix: &str,
         template: &str,
-        _record: &Record,
         from: u64,
         to: u64,
     ) -> Result<(), BoxError> {
-        let t = self.table();
         let mut at = from;
         while at < to {
             let end = (at + target::SQL_CHUNK).min(to);
@@ -194,21 +97,19 @@ impl Target for MySqlTarget {
                 .bind(prefix)
                 .bind(target::BULK_RETENTION.as_secs() as i64)
                 .bind(template)
-                .execute(self.store.pool())
+                .execute(SqlStore::pool(self))
                 .await?;
             at = end;
         }
         Ok(())
     }
 
-    async fn footprint(&self) -> Result<Footprint, BoxError> {
-        let (data, index, free) = self.sizes().await?;
+    async fn footprint(&self, table: &str) -> Result<Footprint, BoxError> {
+        let (data, index, free) = sizes(self, table).await?;
         // Whether pages came from the buffer pool or from the disk: the
         // server's own counters since it started (other clients' too).
         // A bare string goes as text, not as a prepared statement.
-        let rows = self
-            .store
-            .pool()
+        let rows = SqlStore::pool(self)
             .fetch_all("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read%'")
             .await?;
         let mut status = Vec::new();
@@ -228,24 +129,26 @@ impl Target for MySqlTarget {
         })
     }
 
-    async fn rows(&self) -> Result<Option<u64>, BoxError> {
-        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table()))
-            .fetch_one(self.store.pool())
-            .await?;
-        Ok(Some(n as u64))
-    }
-
-    async fn after_churn(&self) -> Result<Vec<String>, BoxError> {
-        let (data, index, free) = self.sizes().await?;
+    async fn after_churn(&self, table: &str) -> Result<Vec<String>, BoxError> {
+        let (data, index, free) = sizes(self, table).await?;
         Ok(vec![format!(
             "data {data} B, indexes {index} B, free space in the tablespace {free} B"
         )])
     }
+}
 
-    async fn remove_all(&self) -> Result<(), BoxError> {
-        sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table()))
-            .execute(self.store.pool())
-            .await?;
-        Ok(())
-    }
+/// Data, index and free bytes of `table` (quoted) from
+/// `information_schema`, after refreshing the table's statistics.
+async fn sizes(store: &MySqlStore, table: &str) -> Result<(u64, u64, u64), BoxError> {
+    store.raw(&format!("ANALYZE TABLE {table}")).await?;
+    let row = sqlx::query(
+        "SELECT CAST(data_length AS SIGNED), CAST(index_length AS SIGNED), \
+         CAST(data_free AS SIGNED) FROM information_schema.TABLES \
+         WHERE table_schema = DATABASE() AND table_name = ?",
+    )
+    .bind(store.table())
+    .fetch_one(store.pool())
+    .await?;
+    let (data, index, free): (i64, i64, i64) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+    Ok((data as u64, index as u64, free as u64))
 }

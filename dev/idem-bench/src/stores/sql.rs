@@ -2,7 +2,8 @@
 //! bare protocol with its effect in a transaction, and `execute_in_tx`
 //! with the same effect. Each store supplies its statements through
 //! [`SqlStore`], implemented once for both by `sql_store!`; the
-//! contestants are written once.
+//! contestants are written once. What the bench and the scale target do
+//! around them is written once too, in `sql_bench`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use idem_core::store::{Store, TxFuture};
 use idem_core::{Fingerprint, Idempotent};
-use sqlx::{Database, Transaction};
+use sqlx::{Database, Pool, Transaction};
 
 use crate::bench::{Contestant, Counters, Kind};
 use crate::fixture::{self, BoxError, LEASE, RETENTION};
 use crate::protocols::IdemRow;
 use crate::runner::{Outcome, Protocol};
+use crate::stores::target::CONNECT_TIMEOUT;
 
 /// A claim's answer, from the store's `raw` module.
 pub(crate) enum Claimed {
@@ -34,6 +36,24 @@ pub(crate) enum Claimed {
 pub(crate) trait SqlStore: Clone + Send + Sync + 'static {
     /// The sqlx database the store runs on.
     type Db: Database;
+
+    /// Connects to `url` (at most [`CONNECT_TIMEOUT`]) on the table `table`.
+    async fn open(url: &str, table: &str) -> Result<Self, BoxError>;
+
+    /// Creates the table if it is not there.
+    async fn migrate(&self) -> Result<(), BoxError>;
+
+    /// The table's name, unquoted.
+    fn table(&self) -> String;
+
+    /// The store's pool.
+    fn pool(&self) -> &Pool<Self::Db>;
+
+    /// Runs `sql` as text on the pool.
+    async fn raw(&self, sql: &str) -> Result<(), sqlx::Error>;
+
+    /// The one integer the query `sql` returns.
+    async fn scalar(&self, sql: &str) -> Result<i64, sqlx::Error>;
 
     /// The bare claim, with the bench's lease and retention.
     async fn claim(
@@ -149,6 +169,36 @@ macro_rules! sql_store {
         impl SqlStore for $krate::$store {
             type Db = sqlx::$db;
 
+            async fn open(url: &str, table: &str) -> Result<Self, BoxError> {
+                let store = tokio::time::timeout(CONNECT_TIMEOUT, $krate::$store::connect(url))
+                    .await
+                    .map_err(|_| "no answer within 5 s")??;
+                Ok(store.with_table(table)?)
+            }
+
+            async fn migrate(&self) -> Result<(), BoxError> {
+                Ok($krate::$store::migrate(self).await?)
+            }
+
+            fn table(&self) -> String {
+                $krate::$store::table(self)
+            }
+
+            fn pool(&self) -> &Pool<sqlx::$db> {
+                $krate::$store::pool(self)
+            }
+
+            async fn raw(&self, sql: &str) -> Result<(), sqlx::Error> {
+                sqlx::raw_sql(sql).execute(SqlStore::pool(self)).await?;
+                Ok(())
+            }
+
+            async fn scalar(&self, sql: &str) -> Result<i64, sqlx::Error> {
+                sqlx::query_scalar(sql)
+                    .fetch_one(SqlStore::pool(self))
+                    .await
+            }
+
             async fn claim(
                 &self,
                 key: &str,
@@ -188,7 +238,7 @@ macro_rules! sql_store {
             }
 
             async fn begin(&self) -> Result<Transaction<'static, sqlx::$db>, sqlx::Error> {
-                self.pool().begin().await
+                SqlStore::pool(self).begin().await
             }
 
             async fn charge(

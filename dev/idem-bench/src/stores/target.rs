@@ -104,16 +104,14 @@ pub(crate) async fn open(
         ),
         StoreKind::Postgres => server(
             places.postgres_url,
-            postgres::PostgresTarget::connect(
-                places.postgres_url,
-                tag,
-                places.postgres_notifications,
-            )
+            postgres::PostgresTarget::connect(places.postgres_url, tag, |store| {
+                store.with_notifications(places.postgres_notifications)
+            })
             .await,
         ),
         StoreKind::MySql => server(
             places.mysql_url,
-            mysql::MySqlTarget::connect(places.mysql_url, tag).await,
+            mysql::MySqlTarget::connect(places.mysql_url, tag, |store| store).await,
         ),
         other => Opened::Skipped(
             other.name().to_owned(),
