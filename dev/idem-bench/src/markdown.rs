@@ -6,11 +6,20 @@
 //! Everything outside them, the marker lines included, is left byte for
 //! byte as it was, so the prose around the tables is edited by hand and
 //! the figures only by a run.
+//!
+//! A section whose rows come from several runs (the near cache's, the
+//! proxy's, gRPC's) is merged row by row instead ([`merge_rows`]): a run
+//! replaces the rows it measured, matched by their first cells, and keeps
+//! the others. The scripts under `wrk/` do the same with `wrk/markdown-row`.
+//!
+//! `idem-grpc-bench` compiles this file as a module of its own, so that its
+//! release build needs no HTTP stack: it depends on `std` alone.
 
 use std::fmt;
 use std::path::Path;
 
-use crate::fixture::BoxError;
+/// Any error, boxed.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a section could not be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +55,8 @@ pub fn end(name: &str) -> String {
     format!("<!-- END idem-bench {name} -->")
 }
 
-/// `document` with what lies between section `name`'s markers replaced by
-/// `body` (a line break is added if `body` lacks one).
-pub fn replace(document: &str, name: &str, body: &str) -> Result<String, MarkerError> {
+/// Where section `name`'s body starts and ends in `document`.
+fn bounds(document: &str, name: &str) -> Result<(usize, usize), MarkerError> {
     let (open, close) = (begin(name), end(name));
     let line_at = |marker: &str, from: usize| -> Option<(usize, usize)> {
         let mut at = from;
@@ -66,6 +74,13 @@ pub fn replace(document: &str, name: &str, body: &str) -> Result<String, MarkerE
     if line_at(&open, body_from).is_some() || line_at(&close, after).is_some() {
         return Err(MarkerError::Repeated(name.to_owned()));
     }
+    Ok((body_from, body_to))
+}
+
+/// `document` with what lies between section `name`'s markers replaced by
+/// `body` (a line break is added if `body` lacks one).
+pub fn replace(document: &str, name: &str, body: &str) -> Result<String, MarkerError> {
+    let (body_from, body_to) = bounds(document, name)?;
     let mut out = String::with_capacity(document.len() + body.len());
     out.push_str(&document[..body_from]);
     out.push_str(body);
@@ -96,6 +111,72 @@ pub fn rewrite(path: &Path, sections: &[(&str, String)]) -> Result<(), BoxError>
         path.display()
     );
     Ok(())
+}
+
+/// A rate with thousands separators and no decimals.
+pub fn thousands(value: f64) -> String {
+    if !value.is_finite() {
+        return "-".to_owned();
+    }
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The cells of a Markdown table row, trimmed; `None` for a line that is
+/// not a row.
+fn cells(line: &str) -> Option<Vec<&str>> {
+    let inner = line.trim().strip_prefix('|')?.strip_suffix('|')?;
+    Some(inner.split('|').map(str::trim).collect())
+}
+
+/// Section `name`'s body with `table` merged into the table already there:
+/// each row of `table` replaces the row whose first `key` cells are the
+/// same, in its place, or is added at the end; the other rows stay. The
+/// header is `table`'s.
+pub fn merge_rows(
+    document: &str,
+    name: &str,
+    table: &Table,
+    key: usize,
+) -> Result<String, MarkerError> {
+    let (from, to) = bounds(document, name)?;
+    let old = &document[from..to];
+    let key_of = |row: &[String]| -> Vec<String> { row.iter().take(key).cloned().collect() };
+    let mut new: Vec<Option<&Vec<String>>> = table.rows.iter().map(Some).collect();
+    let mut rows = Vec::new();
+    // The lines past the header and its separator.
+    for line in old.lines().filter_map(cells).skip(2) {
+        let cells: Vec<String> = line.iter().map(|c| (*c).to_owned()).collect();
+        let fresh = new
+            .iter_mut()
+            .find(|row| row.is_some_and(|row| key_of(row) == key_of(&cells)))
+            .and_then(Option::take);
+        rows.push(fresh.cloned().unwrap_or(cells));
+    }
+    rows.extend(new.into_iter().flatten().cloned());
+    let merged = Table {
+        header: table.header.clone(),
+        right: table.right.clone(),
+        rows,
+    };
+    Ok(merged.render())
+}
+
+/// Merges `table` into section `name` of the file at `path`
+/// ([`merge_rows`]), leaving the rest of the file as it was.
+pub fn rewrite_rows(path: &Path, name: &str, table: &Table, key: usize) -> Result<(), BoxError> {
+    let document = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let body =
+        merge_rows(&document, name, table, key).map_err(|e| format!("{}: {e}", path.display()))?;
+    rewrite(path, &[(name, body)])
 }
 
 /// A Markdown table: a header, its alignment and rows of cells.
@@ -201,6 +282,22 @@ mod tests {
         assert_eq!(
             replace(&twice, "results", "x"),
             Err(MarkerError::Repeated("results".to_owned()))
+        );
+    }
+
+    #[test]
+    fn merged_rows_replace_their_own_and_keep_the_others() {
+        let card = format!(
+            "{}\n| path | c | x |\n|---|---:|---:|\n| a | 1 | old |\n| b | 1 | kept |\n{}\n",
+            begin("near"),
+            end("near")
+        );
+        let mut table = Table::new(&["path", ">c", ">x"]);
+        table.row(vec!["a".to_owned(), "1".to_owned(), "new".to_owned()]);
+        table.row(vec!["c".to_owned(), "1".to_owned(), "added".to_owned()]);
+        assert_eq!(
+            merge_rows(&card, "near", &table, 2).unwrap(),
+            "| path | c | x |\n|---|---:|---:|\n| a | 1 | new |\n| b | 1 | kept |\n| c | 1 | added |\n"
         );
     }
 

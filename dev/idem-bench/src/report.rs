@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::bench::Kind;
+pub(crate) use crate::markdown::thousands;
 use crate::markdown::Table;
 use crate::runner::{Tally, Workload};
 use crate::stats::{self, Summary};
@@ -320,6 +321,54 @@ impl Report {
         }
         table.render()
     }
+
+    /// The near cache's rows of `BENCHMARKS.md`, for merging by their first
+    /// two cells: `execute` replays with and without the cache, and the
+    /// HTTP replay's ratios to the bare handler. `None` without `idem-near`
+    /// rows.
+    pub(crate) fn markdown_near(&self) -> Option<Table> {
+        let mut table = Table::new(&[
+            "path",
+            ">callers",
+            ">without cache",
+            ">with cache",
+            ">with ÷ without",
+        ]);
+        // Replays only: the cache keeps settled records, so a first call
+        // goes to the store as it would without it.
+        let replays = |r: &&Row| r.kind == Kind::IdemNear && r.workload == Workload::Replay;
+        for near in self.rows.iter().filter(replays) {
+            let Some(idem) = self.peer(near, Kind::Idem) else {
+                continue;
+            };
+            let gain = paired_ratio(&near.reps, &idem.reps);
+            let times = |r: Option<f64>| r.map_or("-".to_owned(), |r| format!("{r:.2}×"));
+            let row = if near.store.starts_with("http-") {
+                [
+                    "HTTP replay (axum), ÷ a bare handler making one Redis `GET`".to_owned(),
+                    times(self.ratio(idem)),
+                    times(self.ratio(near)),
+                    gain.map_or("-".to_owned(), |r| format!("{r:.2}")),
+                ]
+            } else {
+                [
+                    format!("`execute` {}, ops/s", near.workload.name()),
+                    thousands(idem.summary.ops_per_sec),
+                    thousands(near.summary.ops_per_sec),
+                    gain.map_or("-".to_owned(), |r| format!("{r:.1}")),
+                ]
+            };
+            let [path, without, with, gain] = row;
+            table.row(vec![
+                path,
+                near.concurrency.to_string(),
+                without,
+                with,
+                gain,
+            ]);
+        }
+        (!table.is_empty()).then_some(table)
+    }
 }
 
 /// What the rows and columns mean, printed above the table.
@@ -348,22 +397,6 @@ pub(crate) fn paired_ratio(a: &[Summary], b: &[Summary]) -> Option<f64> {
         .filter_map(|(a, b)| stats::ratio(a.ops_per_sec, b.ops_per_sec))
         .collect();
     stats::median(&ratios)
-}
-
-/// A rate with thousands separators and no decimals.
-pub(crate) fn thousands(value: f64) -> String {
-    if !value.is_finite() {
-        return "-".to_owned();
-    }
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A latency with precision that suits its size.

@@ -18,9 +18,20 @@
 //!
 //! Each repetition runs the three in a rotated order; the figures are the
 //! medians over repetitions, and the ratios are idem ÷ control.
+//!
+//! `--work-ms 0,10` measures each handler in turn; `--markdown FILE`
+//! writes a row per handler between the file's `grpc` markers, keeping the
+//! rows of handlers this run did not measure.
 #![forbid(unsafe_code)]
 
+// idem-bench's writer, compiled here as a module: a dependency on
+// idem-bench would build every bench's HTTP stack into this binary.
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../idem-bench/src/markdown.rs"]
+mod markdown;
+
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,9 +82,13 @@ struct Args {
     rows: Vec<Row>,
     /// Milliseconds the handler also waits after its `GET`, standing for a
     /// service that waits on its database or a payment network (0: the
-    /// `GET` is all its work).
-    #[arg(long, default_value_t = 0)]
-    work_ms: u64,
+    /// `GET` is all its work); a list measures each in turn.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    work_ms: Vec<u64>,
+    /// Writes the handlers' rows between the `grpc` markers of this
+    /// Markdown file (`BENCHMARKS.md`).
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
 }
 
 fn row(text: &str) -> Result<Row, String> {
@@ -268,13 +283,69 @@ fn median(values: &mut [f64]) -> f64 {
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let redis = ConnectionManager::new(redis::Client::open(args.redis.as_str())?).await?;
-    let tag = format!("idem-grpc-bench:{}:", std::process::id());
+    let run = format!("idem-grpc-bench:{}:", std::process::id());
+    let mut table = markdown::Table::new(&["handler", ">bare calls/s", ">first", ">replay"]);
+    let mut measured = Ok(());
+    for &work_ms in &args.work_ms {
+        // Keys of this handler only: another's records would replay.
+        match measure(&args, &redis, &format!("{run}{work_ms}:"), work_ms).await {
+            Ok(medians) => table.row(card_row(work_ms, &medians)),
+            Err(error) => {
+                measured = Err(error);
+                break;
+            }
+        }
+    }
+    remove_keys(&redis, &run).await?;
+    measured?;
+    if let Some(path) = &args.markdown {
+        markdown::rewrite_rows(path, "grpc", &table, 1)?;
+    }
+    Ok(())
+}
+
+/// The card's row for a handler waiting `work_ms`: bare calls a second,
+/// then first and replay with their ratios to it.
+fn card_row(work_ms: u64, medians: &[(Row, f64)]) -> Vec<String> {
+    let rate = |wanted: Row| {
+        medians
+            .iter()
+            .find(|(row, _)| *row == wanted)
+            .map(|(_, rate)| *rate)
+    };
+    let control = rate(Row::Control);
+    let against = |row: Row| match (rate(row), control) {
+        (Some(rate), Some(control)) => {
+            format!("{} ({:.2}×)", markdown::thousands(rate), rate / control)
+        }
+        (Some(rate), None) => markdown::thousands(rate),
+        (None, _) => "-".to_owned(),
+    };
+    vec![
+        match work_ms {
+            0 => "one `GET`".to_owned(),
+            ms => format!("one `GET` + {ms} ms"),
+        },
+        control.map_or("-".to_owned(), markdown::thousands),
+        against(Row::First),
+        against(Row::Replay),
+    ]
+}
+
+/// One handler's run: the rows in rotated order, `--reps` times; prints
+/// and returns each row's median calls a second.
+async fn measure(
+    args: &Args,
+    redis: &ConnectionManager,
+    tag: &str,
+    work_ms: u64,
+) -> Result<Vec<(Row, f64)>, BoxError> {
     let handler = Handler {
         redis: redis.clone(),
         key: format!("{tag}work"),
-        wait: Duration::from_millis(args.work_ms),
+        wait: Duration::from_millis(work_ms),
     };
-    let store = RedisStore::from_connection(redis.clone()).with_prefix(tag.clone());
+    let store = RedisStore::from_connection(redis.clone()).with_prefix(tag.to_owned());
     let idem = Idempotent::new(store).with_namespace(idem_tonic::NAMESPACE);
     let layer = IdempotencyLayer::from_idempotent(idem).unary(CHARGE);
     let control = channels(serve(None, handler.clone()).await, args.connections).await?;
@@ -298,7 +369,7 @@ async fn main() -> Result<(), BoxError> {
                 Row::Control => &control,
                 _ => &idem,
             };
-            let rate = load(row, channels, &args, rep).await?;
+            let rate = load(row, channels, args, rep).await?;
             eprintln!(
                 "grpc-bench: rep {rep} {:<8} {rate:>10.0} calls/s",
                 row.name()
@@ -309,14 +380,18 @@ async fn main() -> Result<(), BoxError> {
 
     println!(
         "grpc-redis c{} over {} connections, handler work {} ms, {} reps of {:?}, medians:",
-        args.concurrency, args.connections, args.work_ms, args.reps, args.duration
+        args.concurrency, args.connections, work_ms, args.reps, args.duration
     );
-    let control = rows
+    let medians: Vec<(Row, f64)> = rows
         .iter()
-        .position(|row| *row == Row::Control)
-        .map(|at| median(&mut figures[at].clone()));
-    for (row, values) in rows.iter().zip(&figures) {
-        let rate = median(&mut values.clone());
+        .zip(&figures)
+        .map(|(row, values)| (*row, median(&mut values.clone())))
+        .collect();
+    let control = medians
+        .iter()
+        .find(|(row, _)| *row == Row::Control)
+        .map(|(_, rate)| *rate);
+    for (row, rate) in &medians {
         match control {
             Some(control) => println!(
                 "  {:<8} {rate:>10.0} calls/s  {:.2}x control",
@@ -326,15 +401,18 @@ async fn main() -> Result<(), BoxError> {
             None => println!("  {:<8} {rate:>10.0} calls/s", row.name()),
         }
     }
+    Ok(medians)
+}
 
-    // The run's keys: its records and the handler's key.
+/// Removes the run's keys: its records and the handlers' keys.
+async fn remove_keys(redis: &ConnectionManager, run: &str) -> Result<(), BoxError> {
     let mut admin = redis.clone();
     let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{tag}*"))
+            .arg(format!("{run}*"))
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut admin)

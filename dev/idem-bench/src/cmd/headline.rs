@@ -271,6 +271,13 @@ fn finish(args: &Args, report: &Report) -> ExitCode {
             eprintln!("idem-bench: {error}");
             return ExitCode::FAILURE;
         }
+        // The near cache's section also holds rows wrk writes: merged.
+        if let Some(near) = report.markdown_near() {
+            if let Err(error) = markdown::rewrite_rows(path, "near-cache", &near, 2) {
+                eprintln!("idem-bench: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     if cli::skips_fail(&report.skipped) {
         return ExitCode::FAILURE;
