@@ -2,7 +2,7 @@
 //! the upstream, the store, and the protected routes.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,17 @@ pub struct Config {
     /// The upstream's URL (`http://host:port`, optionally with a path
     /// prefix).
     pub upstream: Option<String>,
+    /// A PEM file of the CA certificates an `https://` upstream is checked
+    /// against, instead of Mozilla's roots.
+    pub upstream_ca: Option<PathBuf>,
+    /// `true`: an `https://` upstream's certificate is not checked at all.
+    /// For tests; never the default.
+    pub upstream_insecure: Option<bool>,
+    /// The listener's certificate chain (PEM): with `tls_key`, clients
+    /// connect over TLS. Both files are read again on `SIGHUP`.
+    pub tls_cert: Option<PathBuf>,
+    /// The listener's private key (PEM).
+    pub tls_key: Option<PathBuf>,
     /// The store's URL (`idem-stores`); `sqlite://idem-proxy.db` when unset.
     pub store: Option<String>,
     /// The admin address serving `/healthz` and `/metrics`; none when unset.

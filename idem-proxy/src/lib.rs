@@ -52,12 +52,17 @@
 //! # The configuration file
 //!
 //! `--config idem-proxy.toml` reads routes and defaults.
-//! The command line's `--listen`, `--upstream`, `--store`, `--admin`, `--lease` and `--near-cache` override the file.
+//! The command line's `--listen`, `--upstream`, `--store`, `--admin`, `--lease`, `--near-cache`,
+//! `--upstream-ca`, `--upstream-insecure`, `--tls-cert` and `--tls-key` override the file.
 //! Every setting is optional:
 //!
 //! ```toml
 //! listen = "127.0.0.1:8080"
-//! upstream = "http://127.0.0.1:3000"   # plain HTTP, optionally with a path prefix
+//! upstream = "http://127.0.0.1:3000"   # http:// or https://, optionally with a path prefix
+//! upstream_ca = "/etc/idem/ca.pem"     # an https:// upstream's CA; default Mozilla's roots
+//! upstream_insecure = false            # true: no certificate check (tests only)
+//! tls_cert = "/etc/idem/proxy.pem"     # with tls_key: clients connect over TLS; reread on SIGHUP
+//! tls_key = "/etc/idem/proxy.key"
 //! store = "redis://127.0.0.1:6379"     # any idem-stores URL; default sqlite://idem-proxy.db
 //! admin = "127.0.0.1:9090"             # /healthz and /metrics; off when unset
 //! upstream_timeout = "30s"             # no response head by then: 504, key released
@@ -119,7 +124,7 @@
 //!
 //! Connections and bodies:
 //!
-//! * The upstream is reached over HTTP/1.1, with pooled keep-alive connections.
+//! * The upstream is reached over HTTP/1.1, with pooled keep-alive connections, over TLS for `https://`.
 //! * Clients may speak HTTP/1.1, or HTTP/2 over cleartext (h2c with prior knowledge).
 //! * Bodies that need no record are streamed both ways.
 //! * A protected request's body is read, up to `max_request_body`, to fingerprint it.
@@ -130,15 +135,34 @@
 //! | upstream | client gets | the key |
 //! |---|---|---|
 //! | refuses the connection | **502** `upstream-unavailable` | released: nothing was sent |
+//! | presents a certificate that fails the check | **502** `upstream-tls`, naming the cause | released: nothing was sent |
 //! | breaks the connection before answering | **502** `upstream-failed` | released |
 //! | no response head within `upstream_timeout` | **504** `upstream-timeout` | released |
 //! | answers 5xx | that answer | released (recorded with `record_server_errors`) |
 //! | answers 2xx–4xx | that answer | recorded |
 //! | breaks the connection in the middle of a recorded body | **500** `internal` | recorded as not replayable |
 //!
-//! The three failures release the key, so a retry is forwarded at once rather than refused for a whole lease.
+//! The four failures release the key, so a retry is forwarded at once rather than refused for a whole lease.
 //! In the last two rows the upstream may have acted.
 //! That is why it gets the key: an upstream that records it makes the retry a no-op.
+//!
+//! # TLS
+//!
+//! The `tls` feature (on by default) brings rustls on the ring provider, the workspace's one TLS stack.
+//! Ring needs only a C compiler; aws-lc-rs would need cmake too.
+//!
+//! * An `https://` upstream is checked against Mozilla's roots (webpki-roots), as a browser would.
+//! * [`UpstreamTls::with_ca_file`] (`upstream_ca`) trusts a private CA instead of them.
+//! * [`UpstreamTls::insecure`] (`upstream_insecure`) checks nothing. It is never a default, and is for tests.
+//! * A refused certificate is **502** `upstream-tls`: the detail says an unknown CA, an expired
+//!   certificate or another host's name. The handshake comes before the request, so the upstream saw nothing.
+//!
+//! A deployment without a terminating load balancer lets the proxy serve TLS itself.
+//! [`ServerTls`] holds the certificate and key PEM files (`tls_cert`, `tls_key`).
+//! [`Proxy::serve_tls`] offers HTTP/2 and HTTP/1.1 over it by ALPN.
+//! [`ServerTls::reload`] reads the files again; the command calls it on `SIGHUP`.
+//! The listener stays open: new connections get the new certificate, open ones keep theirs.
+//! A file that cannot be read keeps the old certificate in use, so a half-renewed pair never stops the proxy.
 //!
 //! # A crash of the proxy
 //!
@@ -174,7 +198,7 @@
 //! Besides idem-core's and idem-http's metrics, the proxy has its own:
 //!
 //! * `idem_proxy_requests_total`, by `route` (`""` for requests no route covers);
-//! * `idem_proxy_upstream_errors_total`, by `kind` (`unreachable`, `failed`, `timeout`);
+//! * `idem_proxy_upstream_errors_total`, by `kind` (`unreachable`, `tls`, `failed`, `timeout`);
 //! * `idem_proxy_upstream_seconds`, the time of the upstream's answers.
 #![forbid(unsafe_code)]
 
@@ -182,6 +206,8 @@ mod admin;
 mod config;
 mod proxy;
 mod route;
+#[cfg(feature = "tls")]
+mod tls;
 mod upstream;
 
 pub use admin::{install_prometheus, serve_admin};
@@ -189,6 +215,8 @@ pub use config::{Config, ConfigError, RouteConfig, ScopeConfig};
 pub use idem_http::Options;
 pub use proxy::{Proxy, ProxyBody, ProxyBuilder, DEFAULT_SHUTDOWN_GRACE};
 pub use route::{PathPattern, PatternError, Route, Scope, SCOPE_HEADER};
+#[cfg(feature = "tls")]
+pub use tls::{ServerTls, TlsError, UpstreamTls};
 pub use upstream::{UpstreamError, UpstreamUrl, UpstreamUrlError, DEFAULT_UPSTREAM_TIMEOUT};
 
 use bytes::Bytes;

@@ -19,7 +19,14 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use crate::route::{Ready, Route, Scope, SCOPE_HEADER};
-use crate::upstream::{BoxError, Forward, UpstreamUrl, DEFAULT_UPSTREAM_TIMEOUT};
+use crate::upstream::{BoxError, Forward, Trust, UpstreamUrl, DEFAULT_UPSTREAM_TIMEOUT};
+
+/// The listener's TLS; nothing without the `tls` feature.
+#[cfg(feature = "tls")]
+use crate::tls::ServerTls;
+#[cfg(not(feature = "tls"))]
+#[derive(Debug, Clone)]
+pub(crate) enum ServerTls {}
 
 /// The body of every response the proxy sends.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -50,6 +57,7 @@ pub struct ProxyBuilder {
     routes: Vec<Route>,
     timeout: Duration,
     grace: Duration,
+    trust: Trust,
 }
 
 impl Proxy {
@@ -60,6 +68,7 @@ impl Proxy {
             routes: Vec::new(),
             timeout: DEFAULT_UPSTREAM_TIMEOUT,
             grace: DEFAULT_SHUTDOWN_GRACE,
+            trust: Trust::default(),
         }
     }
 
@@ -105,7 +114,31 @@ impl Proxy {
     /// the grace period) and returns. HTTP/1.1 and HTTP/2 over cleartext
     /// (h2c, prior knowledge) are told apart by the connection's preface.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
-        serve_with(listener, shutdown, self.inner.grace, move |request| {
+        self.serve_on(listener, None, shutdown).await;
+    }
+
+    /// As [`serve`](Self::serve), over TLS with `tls`'s certificate: each
+    /// connection's handshake takes the certificate loaded at that moment,
+    /// so [`ServerTls::reload`] changes it without closing the listener.
+    /// HTTP/2 and HTTP/1.1 are offered by ALPN.
+    #[cfg(feature = "tls")]
+    pub async fn serve_tls(
+        self,
+        listener: TcpListener,
+        tls: ServerTls,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        self.serve_on(listener, Some(tls), shutdown).await;
+    }
+
+    async fn serve_on(
+        self,
+        listener: TcpListener,
+        tls: Option<ServerTls>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let grace = self.inner.grace;
+        serve_connections(listener, tls, shutdown, grace, move |request| {
             let proxy = self.clone();
             async move { proxy.handle(request).await }
         })
@@ -136,9 +169,17 @@ impl ProxyBuilder {
         self
     }
 
+    /// How an `https://` upstream's certificate is checked. Default:
+    /// against Mozilla's roots.
+    #[cfg(feature = "tls")]
+    pub fn upstream_tls(mut self, tls: crate::tls::UpstreamTls) -> ProxyBuilder {
+        self.trust = tls;
+        self
+    }
+
     /// The proxy. Its connection pool starts empty.
     pub fn build(self) -> Proxy {
-        let forward = Forward::new(self.upstream, self.timeout);
+        let forward = Forward::new(self.upstream, self.timeout, &self.trust);
         let routes = self
             .routes
             .into_iter()
@@ -173,6 +214,20 @@ pub(crate) async fn serve_with<H, Fut>(
     H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    serve_connections(listener, None, shutdown, grace, handle).await;
+}
+
+/// As [`serve_with`], over `tls` when given.
+async fn serve_connections<H, Fut>(
+    listener: TcpListener,
+    tls: Option<ServerTls>,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+    handle: H,
+) where
+    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -196,12 +251,31 @@ pub(crate) async fn serve_with<H, Fut>(
             let answer = handle(request);
             async move { Ok::<_, Infallible>(answer.await) }
         });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let builder = builder.clone();
+        // Made here, so a shutdown waits for handshakes under way too.
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let served = match tls {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+                #[cfg(feature = "tls")]
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(stream) => {
+                        let connection = builder.serve_connection(TokioIo::new(stream), service);
+                        watcher.watch(connection.into_owned()).await
+                    }
+                    Err(error) => {
+                        tracing::debug!(%peer, %error, "TLS handshake failed");
+                        return;
+                    }
+                },
+                #[cfg(not(feature = "tls"))]
+                Some(never) => match never {},
+            };
+            if let Err(error) = served {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });

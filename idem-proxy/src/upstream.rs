@@ -35,10 +35,12 @@ pub struct UpstreamUrlError {
     reason: &'static str,
 }
 
-/// Where requests go: an `http://host:port` URL, optionally with a path
-/// prefix that every forwarded path is appended to.
+/// Where requests go: an `http://host:port` or `https://host:port` URL,
+/// optionally with a path prefix that every forwarded path is appended to.
+/// `https://` needs the `tls` feature (on by default).
 #[derive(Debug, Clone)]
 pub struct UpstreamUrl {
+    scheme: Scheme,
     authority: Authority,
     prefix: String,
 }
@@ -52,17 +54,24 @@ impl std::str::FromStr for UpstreamUrl {
             reason,
         };
         let uri: Uri = url.parse().map_err(|_| error("not a URL"))?;
-        if uri.scheme() != Some(&Scheme::HTTP) {
-            // TLS to the upstream would need a TLS stack in the proxy; a
-            // proxy beside its service reaches it over plain HTTP.
-            return Err(error("the scheme must be http://"));
-        }
+        let scheme = match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP => Scheme::HTTP,
+            Some(scheme) if *scheme == Scheme::HTTPS && cfg!(feature = "tls") => Scheme::HTTPS,
+            Some(scheme) if *scheme == Scheme::HTTPS => {
+                return Err(error("https:// needs the proxy's `tls` feature"))
+            }
+            _ => return Err(error("the scheme must be http:// or https://")),
+        };
         let authority = uri.authority().cloned().ok_or(error("no host"))?;
         if uri.query().is_some() {
             return Err(error("a query is not allowed"));
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
-        Ok(UpstreamUrl { authority, prefix })
+        Ok(UpstreamUrl {
+            scheme,
+            authority,
+            prefix,
+        })
     }
 }
 
@@ -74,6 +83,11 @@ pub enum UpstreamError {
     /// No connection could be made: nothing was sent (502).
     #[error("the upstream could not be reached: {0}")]
     Unreachable(#[source] BoxError),
+    /// The upstream's TLS certificate was refused, or its handshake
+    /// failed: nothing was sent (502). The message names the cause: an
+    /// unknown CA, an expired certificate, another host's certificate.
+    #[error("the upstream's TLS handshake failed: {0}")]
+    Tls(String),
     /// The connection failed after the request was sent, before the
     /// response's head came back (502).
     #[error("the upstream failed before answering: {0}")]
@@ -92,6 +106,11 @@ impl UpstreamError {
                 "upstream-unavailable",
                 "Upstream unavailable",
             ),
+            UpstreamError::Tls(_) => (
+                StatusCode::BAD_GATEWAY,
+                "upstream-tls",
+                "Upstream TLS failed",
+            ),
             UpstreamError::Failed(_) => (
                 StatusCode::BAD_GATEWAY,
                 "upstream-failed",
@@ -109,6 +128,7 @@ impl UpstreamError {
     fn kind(&self) -> &'static str {
         match self {
             UpstreamError::Unreachable(_) => "unreachable",
+            UpstreamError::Tls(_) => "tls",
             UpstreamError::Failed(_) => "failed",
             UpstreamError::TimedOut(_) => "timeout",
         }
@@ -120,16 +140,43 @@ impl UpstreamError {
 /// answer bounded by the time-out. Clones share one connection pool.
 #[derive(Clone, Debug)]
 pub(crate) struct Forward {
-    client: Client<HttpConnector, UpstreamBody>,
+    client: Client<Connector, UpstreamBody>,
     url: UpstreamUrl,
     timeout: Duration,
 }
 
+#[cfg(feature = "tls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+#[cfg(not(feature = "tls"))]
+type Connector = HttpConnector;
+
+/// How an `https://` upstream is checked; nothing without the `tls`
+/// feature, where no upstream is `https://`.
+#[cfg(feature = "tls")]
+pub(crate) type Trust = crate::tls::UpstreamTls;
+#[cfg(not(feature = "tls"))]
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Trust(());
+
 impl Forward {
-    pub(crate) fn new(url: UpstreamUrl, timeout: Duration) -> Forward {
+    pub(crate) fn new(url: UpstreamUrl, timeout: Duration, trust: &Trust) -> Forward {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_keepalive(Some(Duration::from_secs(60)));
+        #[cfg(feature = "tls")]
+        let connector = {
+            // `https://` URIs need the connector to leave them alone.
+            connector.enforce_http(false);
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(trust.client_config())
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(connector)
+        };
+        #[cfg(not(feature = "tls"))]
+        let () = {
+            let _ = trust;
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1024)
@@ -149,7 +196,7 @@ impl Forward {
             PathAndQuery::try_from(format!("{}{path}", self.url.prefix))?
         };
         Uri::builder()
-            .scheme(Scheme::HTTP)
+            .scheme(self.url.scheme.clone())
             .authority(self.url.authority.clone())
             .path_and_query(path_and_query)
             .build()
@@ -194,9 +241,7 @@ where
                 .record(started.elapsed().as_secs_f64());
             let result = match answered {
                 Err(_) => Err(UpstreamError::TimedOut(timeout)),
-                Ok(Err(error)) if error.is_connect() => {
-                    Err(UpstreamError::Unreachable(error.into()))
-                }
+                Ok(Err(error)) if error.is_connect() => Err(connect_error(error)),
                 Ok(Err(error)) => Err(UpstreamError::Failed(error.into())),
                 Ok(Ok(mut response)) => {
                     strip_hop_by_hop(response.headers_mut());
@@ -211,6 +256,16 @@ where
             result
         })
     }
+}
+
+/// A connection that was never made: a TLS failure named as such, every
+/// other as unreachable.
+fn connect_error(error: hyper_util::client::legacy::Error) -> UpstreamError {
+    #[cfg(feature = "tls")]
+    if let Some(cause) = crate::tls::tls_cause(&error) {
+        return UpstreamError::Tls(cause);
+    }
+    UpstreamError::Unreachable(error.into())
 }
 
 /// Removes the headers that belong to one connection (RFC 9110 §7.6.1):
@@ -246,13 +301,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn upstream_urls_are_plain_http_with_an_optional_prefix() {
+    fn upstream_urls_are_http_or_https_with_an_optional_prefix() {
         let url: UpstreamUrl = "http://127.0.0.1:3000/api/".parse().unwrap();
         assert_eq!(url.prefix, "/api");
-        let forward = Forward::new(url, DEFAULT_UPSTREAM_TIMEOUT);
+        let forward = Forward::new(url, DEFAULT_UPSTREAM_TIMEOUT, &Trust::default());
         let target = forward.target(&"/payments?x=1".parse().unwrap()).unwrap();
         assert_eq!(target, "http://127.0.0.1:3000/api/payments?x=1");
-        assert!("https://example.com".parse::<UpstreamUrl>().is_err());
+        assert_eq!(
+            "https://example.com".parse::<UpstreamUrl>().is_ok(),
+            cfg!(feature = "tls")
+        );
+        assert!("ftp://example.com".parse::<UpstreamUrl>().is_err());
         assert!("127.0.0.1:3000".parse::<UpstreamUrl>().is_err());
         assert!("http://h/?q=1".parse::<UpstreamUrl>().is_err());
     }
