@@ -1,13 +1,15 @@
 'use strict';
-// The HTTP behaviour suite's routes as an Express app behind idem's
+// The HTTP behaviour suite's routes as Express apps behind idem's
 // middleware (`idempotency` of the `idempotence` package, idem-node),
-// served by node:http on a free port of 127.0.0.1.
+// each served by node:http on a free port of 127.0.0.1.
 //
-// Run as `node express_app.js PACKAGE_DIR`: it loads Express and the
-// package from PACKAGE_DIR (idem-node, whose node_modules holds Express),
-// then reads one line of JSON config from stdin, serves, and writes its
-// port as one line to stdout. It ends when stdin closes, so an app never
-// outlives the suite that started it. The config, as the suite's
+// Run as `node --expose-gc express_app.js PACKAGE_DIR`: it loads Express
+// and the package from PACKAGE_DIR (idem-node, whose node_modules holds
+// Express), then serves one app per line of JSON config read from stdin,
+// answering `ID PORT` for each; `close ID` closes one. Each app has its own
+// store, count of runs and gate, so one process serves a whole run of the
+// suite (a node start per app cost most of its time). It ends when stdin
+// closes, so no app outlives the suite. A config, as the suite's
 // `Adapter::Express` writes it:
 //
 // * `IDEM_STORE_URL`: the store, as `openStore` takes it; `IDEM_STORE_NAME`
@@ -17,8 +19,9 @@
 //   the camelCase option of the Node middleware (`requireKey`).
 // * `IDEM_SCOPE`: `tenant-header` takes the scope from `x-tenant`.
 //
-// `GET /effects` answers how many times a handler has run; `POST /gate`
-// lets one request waiting at `/gated` or `/gated-events` through.
+// An app's `GET /effects` answers how many times its handlers have run;
+// `POST /gate` lets one request waiting at `/gated` or `/gated-events`
+// through.
 
 const path = require('node:path');
 const http = require('node:http');
@@ -36,27 +39,25 @@ const STREAM_FRAME = 10_007;
 const EVENTS = 2_000;
 const GATED_EVENTS = 10;
 
-let runs = 0;
-/** Counts one run and returns its number (1 for the first). */
-const run = () => ++runs;
-
 /** A semaphore of no permits: `acquire` waits for a `release`. */
-const gate = {
-  permits: 0,
-  waiting: [],
-  release() {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.permits += 1;
-  },
-  acquire() {
-    if (this.permits > 0) {
-      this.permits -= 1;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => this.waiting.push(resolve));
-  },
-};
+function semaphore() {
+  let permits = 0;
+  const waiting = [];
+  return {
+    release() {
+      const next = waiting.shift();
+      if (next) next();
+      else permits += 1;
+    },
+    acquire() {
+      if (permits > 0) {
+        permits -= 1;
+        return Promise.resolve();
+      }
+      return new Promise((resolve) => waiting.push(resolve));
+    },
+  };
+}
 
 let streamBody;
 function stream() {
@@ -70,111 +71,120 @@ function stream() {
 const event = (i) => `id: ${i}\nevent: token\ndata: {"n":${i},"text":"word ${i}"}\n\n`;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const app = express();
-// The suite compares the application's own headers: none of Express's.
-app.disable('x-powered-by');
-app.set('etag', false);
+/** The routes with their own count of runs and gate. */
+function routes() {
+  const state = { runs: 0, gate: semaphore() };
+  /** Counts one run and returns its number (1 for the first). */
+  const run = () => ++state.runs;
+  const gate = state.gate;
+  const app = express();
+  // The suite compares the application's own headers: none of Express's.
+  app.disable('x-powered-by');
+  app.set('etag', false);
 
-function payment(req, res) {
-  const n = run();
-  const length = Buffer.isBuffer(req.body) ? req.body.length : 0;
-  res.status(201);
-  res.setHeader('set-cookie', `session=s${n}; HttpOnly`);
-  res.setHeader('x-multi', ['a', 'b']);
-  res.setHeader('x-run', String(n));
-  // Set as a header: `res.type` would add a charset.
-  res.setHeader('content-type', 'application/json');
-  res.send(Buffer.from(`{"run":${n},"tenant":"${req.get('x-tenant') || '-'}","echo":${length}}`));
+  function payment(req, res) {
+    const n = run();
+    const length = Buffer.isBuffer(req.body) ? req.body.length : 0;
+    res.status(201);
+    res.setHeader('set-cookie', `session=s${n}; HttpOnly`);
+    res.setHeader('x-multi', ['a', 'b']);
+    res.setHeader('x-run', String(n));
+    // Set as a header: `res.type` would add a charset.
+    res.setHeader('content-type', 'application/json');
+    res.send(Buffer.from(`{"run":${n},"tenant":"${req.get('x-tenant') || '-'}","echo":${length}}`));
+  }
+
+  const count = (req, res) => res.type('text/plain').send(String(state.runs));
+  const body = express.raw({ type: () => true, limit: '16mb' });
+
+  app.post('/payments', body, payment);
+  app.patch('/payments', body, payment);
+  app.post('/other', body, payment);
+  app.get('/payments', count);
+
+  app.post('/binary', (req, res) => {
+    const n = run();
+    const bytes = Buffer.alloc(257);
+    for (let i = 0; i < 256; i++) bytes[i] = i;
+    bytes[256] = n % 256;
+    res.status(202).type('application/octet-stream').send(bytes);
+  });
+
+  app.post('/gated', async (req, res) => {
+    const n = run();
+    await gate.acquire();
+    res.status(201).type('text/plain').send(`run ${n}`);
+  });
+
+  app.post('/flaky', (req, res) => {
+    const n = run();
+    if (n === 1) res.status(503).type('text/plain').send('try again');
+    else res.status(201).type('text/plain').send(`run ${n}`);
+  });
+
+  app.post('/big', (req, res) => {
+    run();
+    res.type('application/octet-stream').send(Buffer.alloc(BIG_BODY, 'x'));
+  });
+
+  // A stream that fails after its first bytes: `pipeline` destroys the
+  // response, as any Node stream error does.
+  app.post('/broken', (req, res) => {
+    run();
+    async function* frames() {
+      yield Buffer.from('half a response');
+      throw new Error('the stream broke');
+    }
+    pipeline(Readable.from(frames()), res, () => {});
+  });
+
+  app.post('/stream', (req, res) => {
+    run();
+    const whole = stream();
+    async function* frames() {
+      for (let sent = 0, at = 0; at < whole.length; sent++, at += STREAM_FRAME) {
+        if (sent && sent % 16 === 0) await sleep(1);
+        yield whole.subarray(at, at + STREAM_FRAME);
+      }
+    }
+    pipeline(Readable.from(frames()), res, () => {});
+  });
+
+  app.post('/events', (req, res) => {
+    run();
+    async function* frames() {
+      for (let i = 0; i < EVENTS; i++) {
+        if (i && i % 100 === 0) await sleep(1);
+        yield event(i);
+      }
+    }
+    res.setHeader('content-type', 'text/event-stream');
+    pipeline(Readable.from(frames()), res, () => {});
+  });
+
+  app.post('/gated-events', async (req, res) => {
+    run();
+    res.setHeader('content-type', 'text/event-stream');
+    for (let i = 0; i < 2 * GATED_EVENTS; i++) {
+      if (i === GATED_EVENTS) await gate.acquire();
+      res.write(event(i));
+    }
+    res.end();
+  });
+
+  app.post('/panic', () => {
+    run();
+    throw new Error('the handler fails on purpose');
+  });
+
+  // Quiet: Express's default handler would print the stack.
+  app.use((error, req, res, _next) => {
+    if (res.headersSent) res.destroy(error);
+    else res.status(500).type('text/plain').send('Internal Server Error');
+  });
+
+  return { app, state };
 }
-
-const count = (req, res) => res.type('text/plain').send(String(runs));
-const body = express.raw({ type: () => true, limit: '16mb' });
-
-app.post('/payments', body, payment);
-app.patch('/payments', body, payment);
-app.post('/other', body, payment);
-app.get('/payments', count);
-
-app.post('/binary', (req, res) => {
-  const n = run();
-  const bytes = Buffer.alloc(257);
-  for (let i = 0; i < 256; i++) bytes[i] = i;
-  bytes[256] = n % 256;
-  res.status(202).type('application/octet-stream').send(bytes);
-});
-
-app.post('/gated', async (req, res) => {
-  const n = run();
-  await gate.acquire();
-  res.status(201).type('text/plain').send(`run ${n}`);
-});
-
-app.post('/flaky', (req, res) => {
-  const n = run();
-  if (n === 1) res.status(503).type('text/plain').send('try again');
-  else res.status(201).type('text/plain').send(`run ${n}`);
-});
-
-app.post('/big', (req, res) => {
-  run();
-  res.type('application/octet-stream').send(Buffer.alloc(BIG_BODY, 'x'));
-});
-
-// A stream that fails after its first bytes: `pipeline` destroys the
-// response, as any Node stream error does.
-app.post('/broken', (req, res) => {
-  run();
-  async function* frames() {
-    yield Buffer.from('half a response');
-    throw new Error('the stream broke');
-  }
-  pipeline(Readable.from(frames()), res, () => {});
-});
-
-app.post('/stream', (req, res) => {
-  run();
-  const whole = stream();
-  async function* frames() {
-    for (let sent = 0, at = 0; at < whole.length; sent++, at += STREAM_FRAME) {
-      if (sent && sent % 16 === 0) await sleep(1);
-      yield whole.subarray(at, at + STREAM_FRAME);
-    }
-  }
-  pipeline(Readable.from(frames()), res, () => {});
-});
-
-app.post('/events', (req, res) => {
-  run();
-  async function* frames() {
-    for (let i = 0; i < EVENTS; i++) {
-      if (i && i % 100 === 0) await sleep(1);
-      yield event(i);
-    }
-  }
-  res.setHeader('content-type', 'text/event-stream');
-  pipeline(Readable.from(frames()), res, () => {});
-});
-
-app.post('/gated-events', async (req, res) => {
-  run();
-  res.setHeader('content-type', 'text/event-stream');
-  for (let i = 0; i < 2 * GATED_EVENTS; i++) {
-    if (i === GATED_EVENTS) await gate.acquire();
-    res.write(event(i));
-  }
-  res.end();
-});
-
-app.post('/panic', () => {
-  run();
-  throw new Error('the handler fails on purpose');
-});
-
-// Quiet: Express's default handler would print the stack.
-app.use((error, req, res, _next) => {
-  if (res.headersSent) res.destroy(error);
-  else res.status(500).type('text/plain').send('Internal Server Error');
-});
 
 /** The Python middleware's option names as the Node middleware's. */
 function camelCase(options) {
@@ -183,34 +193,53 @@ function camelCase(options) {
   );
 }
 
-function serve(config) {
+const apps = new Map();
+let made = 0;
+
+/** Serves a new app as `config` says; answers its id and port. */
+function serve(config, answer) {
   const options = camelCase(JSON.parse(config.IDEM_OPTIONS || '{}'));
   const store = openStore(config.IDEM_STORE_URL, config.IDEM_STORE_NAME ? { name: config.IDEM_STORE_NAME } : undefined);
   const scope = config.IDEM_SCOPE === 'tenant-header' ? (req) => req.headers['x-tenant'] : undefined;
+  const { app, state } = routes();
   const root = express();
   root.disable('x-powered-by');
   // The suite's own calls, before the middleware: never refused for a key.
-  root.get('/effects', count);
+  root.get('/effects', (req, res) => res.type('text/plain').send(String(state.runs)));
   root.post('/gate', (req, res) => {
-    gate.release();
+    state.gate.release();
     res.status(204).end();
   });
   root.use(idempotency({ store, scope, ...options }));
   root.use(app);
   const server = http.createServer(root);
-  server.listen(0, '127.0.0.1', () => process.stdout.write(`${server.address().port}\n`));
+  const id = ++made;
+  apps.set(id, server);
+  server.listen(0, '127.0.0.1', () => answer(`${id} ${server.address().port}`));
+}
+
+/** Closes app `id`: its connections, then its store, which goes with the
+ * last reference to it (so its connections close too). */
+function close(id) {
+  const server = apps.get(id);
+  if (!server) return;
+  apps.delete(id);
+  server.close();
+  server.closeAllConnections();
+  // Connections end on their next tick; the store's pool is freed by the
+  // collection after that.
+  setTimeout(() => global.gc && global.gc(), 100);
 }
 
 let input = '';
 process.stdin.setEncoding('utf8');
 process.stdin.on('data', (chunk) => {
-  if (input === null) return;
   input += chunk;
-  const end = input.indexOf('\n');
-  if (end >= 0) {
+  for (let end; (end = input.indexOf('\n')) >= 0; ) {
     const line = input.slice(0, end);
-    input = null;
-    serve(JSON.parse(line));
+    input = input.slice(end + 1);
+    if (line.startsWith('close ')) close(Number(line.slice(6)));
+    else serve(JSON.parse(line), (answer) => process.stdout.write(`${answer}\n`));
   }
 });
 process.stdin.on('end', () => process.exit(0));

@@ -3,9 +3,9 @@
 //! of its own that opens the store by URL. The options cross as the
 //! FastAPI app's do (`fastapi_app::middleware_options`).
 //!
-//! Node cannot fork a loaded process, so one process is started ahead:
-//! it loads Express and the addon while a case runs, and the next app
-//! takes it and only reads its config.
+//! One node process serves every app of a run (`express_app.js`), each
+//! with its own store, count of runs and gate: a node start per app cost
+//! most of the suite's time.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -27,43 +27,43 @@ pub(crate) fn node() -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
-/// A node process with the app loaded, waiting for its config.
-struct Spare {
-    child: Child,
+/// The node process serving the apps, started by the first app.
+struct Host {
+    _child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
 }
 
-static SPARE: Mutex<Option<Spare>> = Mutex::new(None);
+static HOST: Mutex<Option<Host>> = Mutex::new(None);
 
-impl Spare {
-    fn start() -> Spare {
+impl Host {
+    fn start() -> Host {
         let node = node().expect("IDEM_HTTP_SUITE_NODE names node");
         let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let package = suite.join("../../idem-node");
+        // `--expose-gc`: a closed app's store is collected at once, so its
+        // connections close.
         let mut child = Command::new(&node)
+            .arg("--expose-gc")
             .arg(suite.join("src/express_app.js"))
             .arg(package)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting the Express app with {node}: {e}"));
-        Spare {
+            .unwrap_or_else(|e| panic!("starting the Express apps' process with {node}: {e}"));
+        Host {
             stdin: child.stdin.take().expect("piped"),
             stdout: BufReader::new(child.stdout.take().expect("piped")),
-            child,
+            _child: child,
         }
     }
 }
 
-/// The app in its child process; dropping it kills the process.
+/// An app in the node process; dropping it closes it.
 #[derive(Debug)]
 pub(crate) struct App {
-    child: Child,
-    /// Open while the app lives: the app ends when it closes, so it never
-    /// outlives this process.
-    _stdin: ChildStdin,
+    id: String,
     addr: String,
 }
 
@@ -84,22 +84,19 @@ impl App {
                 Scope::Shared => "",
             },
         });
-        let mut spare = {
-            let mut slot = SPARE.lock().unwrap_or_else(|e| e.into_inner());
-            let spare = slot.take().unwrap_or_else(Spare::start);
-            *slot = Some(Spare::start());
-            spare
-        };
-        writeln!(spare.stdin, "{config}").expect("the app reads its config");
+        let mut host = HOST.lock().unwrap_or_else(|e| e.into_inner());
+        let host = host.get_or_insert_with(Host::start);
+        writeln!(host.stdin, "{config}").expect("the apps' process reads its configs");
         let mut line = String::new();
-        spare.stdout.read_line(&mut line).expect("the app answers");
-        let port: u16 = line
+        host.stdout
+            .read_line(&mut line)
+            .expect("the apps' process answers");
+        let (id, port) = line
             .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("the Express app answered {line:?}"));
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("the Express apps' process answered {line:?}"));
         App {
-            child: spare.child,
-            _stdin: spare.stdin,
+            id: id.to_owned(),
             addr: format!("127.0.0.1:{port}"),
         }
     }
@@ -140,7 +137,9 @@ impl App {
 
 impl Drop for App {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut host = HOST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(host) = host.as_mut() {
+            let _ = writeln!(host.stdin, "close {}", self.id);
+        }
     }
 }
