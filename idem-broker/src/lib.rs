@@ -40,6 +40,16 @@
 //! Each module says what its broker guarantees, what idem adds, and
 //! carries a short example.
 //!
+//! # TLS
+//!
+//! [`nats::connect`] and [`amqp::connect`] take `tls://` and `amqps://`
+//! URLs with a private CA and a client certificate in the query, on
+//! rustls and ring as the whole workspace (the `tls` feature, on by
+//! default, turns on lapin's rustls, and redis-rs's for `rediss://`).
+//! Kafka's `security.protocol=SSL` and SASL/SCRAM settings pass through
+//! the `ClientConfig` to librdkafka, which needs OpenSSL for them: the
+//! `kafka-tls` feature links it.
+//!
 //! # What a delivery costs
 //!
 //! On the idem store: 2 round trips for a first delivery (claim, record),

@@ -258,3 +258,35 @@ async fn a_message_is_handled_once_over_amqps_and_a_wrong_ca_is_refused() {
         started.elapsed()
     );
 }
+
+/// Kafka's TLS and SASL/SCRAM settings go to librdkafka as given, in the
+/// `ClientConfig` the application builds. No Kafka broker with TLS runs
+/// here, so this checks that librdkafka (built with `kafka-tls`) takes
+/// them, reads the files they name, and keeps the password out of its
+/// errors.
+#[cfg(feature = "kafka-tls")]
+#[test]
+fn kafka_tls_and_scram_settings_reach_librdkafka() {
+    use idem_broker::kafka::KafkaPublisher;
+    use idem_broker::rdkafka::ClientConfig;
+
+    let dir = tempfile::tempdir().expect("a directory");
+    let certs = Certs::new(dir.path());
+    let path = |name: &str| certs.path(name).display().to_string();
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", "localhost:1")
+        .set("security.protocol", "SASL_SSL")
+        .set("sasl.mechanisms", "SCRAM-SHA-512")
+        .set("sasl.username", "idem")
+        .set("sasl.password", "hunter2")
+        .set("ssl.ca.location", path("ca.pem"))
+        .set("ssl.certificate.location", path("client.pem"))
+        .set("ssl.key.location", path("client.key"));
+    KafkaPublisher::new(config.clone(), "orders").expect("librdkafka takes TLS and SCRAM");
+    config.set("ssl.ca.location", "/nonexistent/ca.pem");
+    let error = KafkaPublisher::new(config, "orders").expect_err("a missing CA file");
+    let text = refusal(error);
+    // librdkafka names the setting, not the file.
+    assert!(text.contains("ssl.ca.location failed"), "{text}");
+}
