@@ -122,6 +122,12 @@
 //! The store is any idem store, chosen by URL with `idem-stores`.
 //! A Streamable HTTP server on several machines shares one store (Redis, PostgreSQL).
 //! A retry that reaches another machine is then still a replay.
+//!
+//! TLS is not this crate's to do: it opens no connection and serves
+//! nothing. A Streamable HTTP server gets TLS from its listener (axum
+//! behind rustls, or a terminating proxy), and a client from its reqwest
+//! (`rustls-tls`). The store's TLS comes from its URL, as the store crates
+//! take it (`sslmode=verify-full`, `rediss://`).
 #![forbid(unsafe_code)]
 
 pub mod approval;
