@@ -5,15 +5,20 @@
 export interface Store {
   /** The store's URL, without its password. */
   readonly url: string;
+  /** Whether replays of settled records are answered from this process. */
+  readonly nearCache: boolean;
 }
 
 /**
  * Names a store by URL: `memory`, `sqlite:PATH`, `redis://…`, `rediss://…`,
  * `postgres://…`, `mysql://…` or `mariadb://…`. Throws a TypeError (that
  * does not repeat the URL) for any other. `name` is a Redis key prefix or a
- * SQL table.
+ * SQL table. `nearCache: true` keeps settled records in each process
+ * (idem-core's `NearCache`: 10,000 records, 16 MiB, 60 s at most), so a
+ * replay needs no round trip; a record deleted by hand may replay for up to
+ * 60 s more.
  */
-export function openStore(url: string, options?: { name?: string }): Store;
+export function openStore(url: string, options?: { name?: string; nearCache?: boolean }): Store;
 
 /** Picks a value from a call's arguments: an argument's index, a property
  * of the first argument (an object), or a function given the arguments. */

@@ -9,12 +9,13 @@ const errors = require('./errors');
 /** Names a store by URL (`memory`, `sqlite:PATH`, `redis://…`,
  * `rediss://…`, `postgres://…`, `mysql://…`, `mariadb://…`); nothing is
  * opened until the first call that uses it. `name` is a Redis key prefix or
- * a SQL table. */
-function openStore(url, { name } = {}) {
+ * a SQL table; `nearCache` keeps settled records in the process. */
+function openStore(url, { name, nearCache } = {}) {
   if (typeof url !== 'string') throw new TypeError('openStore takes a store URL, a string');
   if (name !== undefined && typeof name !== 'string') throw new TypeError('name must be a string');
+  if (nearCache !== undefined && typeof nearCache !== 'boolean') throw new TypeError('nearCache must be a boolean');
   try {
-    return native.openStore(url, name);
+    return native.openStore(url, name, nearCache);
   } catch (error) {
     throw new TypeError(error.message);
   }

@@ -207,3 +207,32 @@ test('the event loop runs while a call waits on the store', async () => {
   assert.equal(await first, 'x');
   clearInterval(timer);
 });
+
+test('a near cache replays from the process', async (t) => {
+  // With `nearCache`, a settled record once read is replayed from memory:
+  // the table's rows deleted behind the store's back, the call still
+  // replays, where a store without the cache runs it again.
+  const { execFileSync } = require('node:child_process');
+  try {
+    execFileSync('sqlite3', ['-version']);
+  } catch {
+    if (process.env.CI) throw new Error('the sqlite3 command is needed to delete rows behind the store');
+    t.skip('no sqlite3 command');
+    return;
+  }
+  for (const [near, runsAfterDelete] of [[true, 1], [false, 2]]) {
+    const url = await storeUrl(t, 'sqlite');
+    const store = openStore(url, { nearCache: near });
+    assert.equal(store.nearCache, near);
+    let runs = 0;
+    const charge = makeIdempotent(async () => ({ charge: ++runs }), { store, key: 0, namespace: namespace() });
+    assert.deepEqual(await charge('order-1', 1250), { charge: 1 });
+    assert.deepEqual(await charge('order-1', 1250), { charge: 1 }); // kept by the cache
+    const deleted = execFileSync('sqlite3', [url.slice('sqlite:'.length), 'DELETE FROM idem_records; SELECT changes();']);
+    assert.equal(deleted.toString().trim(), '1');
+    assert.equal((await charge('order-1', 1250)).charge, runsAfterDelete);
+    assert.equal(runs, runsAfterDelete);
+  }
+  assert.equal(openStore('memory').nearCache, false);
+  assert.throws(() => openStore('memory', { nearCache: 'yes' }), TypeError);
+});
