@@ -8,7 +8,9 @@
 //! Node decodes header bytes as Latin-1, so each character is one byte:
 //! the bytes recorded are the bytes sent.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,8 +20,8 @@ use idem_http::{
     Admission, Answer as HttpAnswer, AnswerBody, FingerprintPolicy, KeySource, Options,
     Run as HttpRun, Start,
 };
-use napi::bindgen_prelude::Buffer;
-use napi::{Error, Status};
+use napi::bindgen_prelude::{Buffer, Either, PromiseRaw};
+use napi::{Env, Error, Status};
 use napi_derive::napi;
 
 use idem_stores::OpenOnUse;
@@ -453,12 +455,26 @@ impl Run {
         Ok(self.0.respond(status, headers).is_ok())
     }
 
-    /// Sends one body frame; false when the exchange reads no more of the
-    /// body (stop sending).
-    #[napi]
-    pub async fn send(&self, frame: Buffer) -> bool {
-        let frame = Bytes::copy_from_slice(&frame);
-        self.0.send(frame).await.is_ok()
+    /// Sends one body frame: true when it was taken, false when the
+    /// exchange reads no more of the body (stop sending), or, while the
+    /// exchange has frames unread up to its bound, a Promise of either.
+    #[napi(ts_return_type = "boolean | Promise<boolean>")]
+    pub fn send<'env>(
+        &self,
+        env: &'env Env,
+        frame: Buffer,
+    ) -> napi::Result<Either<bool, PromiseRaw<'env, bool>>> {
+        let mut sent = Box::pin(self.0.send(Bytes::copy_from_slice(&frame)));
+        // A frame the queue has room for is taken at once: answered here,
+        // it costs no task on the runtime and no wake-up of the event loop
+        // (a whole response is one such frame). The future polled once
+        // with a waker that does nothing is polled again, with the
+        // runtime's, when it was not ready.
+        if let Poll::Ready(sent) = sent.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            return Ok(Either::A(sent.is_ok()));
+        }
+        env.spawn_future(async move { Ok(sent.await.is_ok()) })
+            .map(Either::B)
     }
 
     /// The body's end.
