@@ -75,3 +75,17 @@ pub async fn backends() -> Vec<Backend> {
     }
     backends
 }
+
+/// The memory store alone, for an adapter whose cases need no other:
+/// `Adapter::ProxyTls`, where TLS changes the transport, not the store.
+pub(crate) async fn memory_backend() -> Vec<Backend> {
+    let kind = StoreKind::Memory;
+    let fresh = kind.fresh().await.into_iter();
+    fresh
+        .map(|fresh| Backend {
+            name: kind.name(),
+            store: fresh.store,
+            _guard: fresh.guard,
+        })
+        .collect()
+}

@@ -41,6 +41,11 @@ pub enum Adapter {
     ProxyPython,
     /// `idem_proxy::Proxy` in front of `examples/proxy-node/upstream.js`.
     ProxyNode,
+    /// `idem_proxy::Proxy` in front of the Python upstream over
+    /// `https://`, checked against a test CA. [`on_every_adapter_and_backend`]
+    /// runs it on the memory store only: TLS changes the transport, not the
+    /// store.
+    ProxyTls,
     /// `idempotence.IdempotencyMiddleware` (idem-python) in front of a
     /// FastAPI app (`src/fastapi_app.py`) served by uvicorn in a child
     /// process, which opens the backend's store by URL. It runs when
@@ -57,11 +62,12 @@ pub enum Adapter {
 }
 
 /// Every adapter, in the order cases run them.
-pub const ADAPTERS: [Adapter; 6] = [
+pub const ADAPTERS: [Adapter; 7] = [
     Adapter::Tower,
     Adapter::Actix,
     Adapter::ProxyPython,
     Adapter::ProxyNode,
+    Adapter::ProxyTls,
     Adapter::FastApi,
     Adapter::Express,
 ];
@@ -116,7 +122,7 @@ impl Adapter {
     pub fn language(self) -> Option<Language> {
         match self {
             Adapter::Tower | Adapter::Actix | Adapter::FastApi | Adapter::Express => None,
-            Adapter::ProxyPython => Some(Language::Python),
+            Adapter::ProxyPython | Adapter::ProxyTls => Some(Language::Python),
             Adapter::ProxyNode => Some(Language::Node),
         }
     }
@@ -181,9 +187,14 @@ impl Adapter {
                 // The proxy's task holds the process too: a case that drops
                 // its handlers still talks to the upstream through it.
                 let upstream = Arc::new(Upstream::start(language));
-                let addr = proxy_app::serve(options, scope, Arc::clone(&upstream))
-                    .await
-                    .to_string();
+                let upstream_of = Arc::clone(&upstream);
+                let addr = match self {
+                    Adapter::ProxyTls => {
+                        proxy_app::serve_over_tls(options, scope, upstream_of).await
+                    }
+                    _ => proxy_app::serve(options, scope, upstream_of).await,
+                };
+                let addr = addr.to_string();
                 let handlers = Handlers {
                     upstream: Some(upstream),
                     ..Handlers::default()
@@ -203,7 +214,11 @@ where
     Fut: Future<Output = ()>,
 {
     for adapter in adapters() {
-        for backend in backends().await {
+        let backends = match adapter {
+            Adapter::ProxyTls => backend::memory_backend().await,
+            _ => backends().await,
+        };
+        for backend in backends {
             if adapter.opens_its_store_by_url() && backend.name == "memory" {
                 // Its records live in the suite's process, out of the app's reach.
                 continue;
