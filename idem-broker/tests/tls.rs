@@ -115,6 +115,19 @@ async fn a_message_is_handled_once_over_nats_tls_and_a_wrong_ca_is_refused() {
         "{text}"
     );
 
+    // `nats://` with `tls=true` is TLS too, and refuses a plain server.
+    let plain = url("ca.pem").replacen("tls://", "nats://", 1) + "&tls=true";
+    nats::connect(&plain).await.expect("nats:// with tls=true");
+    if let Some(shared) = idem_testing::Server::Nats.require() {
+        // async-nats starts TLS anyway, and rustls reads the plain
+        // server's bytes as a corrupt record: nothing goes in the clear.
+        let error = nats::connect(&format!("{shared}?tls=true"))
+            .await
+            .expect_err("a plain server refused");
+        let text = refusal(error);
+        assert!(text.contains("corrupt message"), "{text}");
+    }
+
     let client = nats::connect(&url("ca.pem")).await.expect("TLS to NATS");
     let js = jetstream::new(client);
     js.create_stream(stream::Config {
