@@ -26,10 +26,11 @@ const { createClient } = require('@redis/client');
 const REDIS = process.env.IDEM_REDIS_URL || 'redis://127.0.0.1:6379';
 const WRK = path.join(__dirname, '..', 'idem-bench', 'wrk');
 const BODY = '{"amount":1250,"currency":"EUR","customer":"cus_4f9a2c81d0e7","description":"monthly plan 2024-117"}';
-const ALL = ['plain', 'idem', 'node-idempotency', 'express-idempotency', 'powertools', 'powertools-local'];
+const ALL = ['plain', 'idem', 'idem-near', 'node-idempotency', 'express-idempotency', 'powertools', 'powertools-local'];
 const LABEL = {
   plain: 'no idempotency',
   idem: 'idem (`idempotence`)',
+  'idem-near': 'idem, near cache',
   'node-idempotency': '@node-idempotency/core',
   'express-idempotency': 'express-idempotency',
   powertools: 'Powertools makeIdempotent',
@@ -164,9 +165,11 @@ const fmt = (n) => Math.round(n).toLocaleString('en-US');
 /**
  * The table: medians of the rounds, and the ratios as medians of each
  * round's ratio (subjects measured minutes apart share less of the
- * machine's load than those of one round).
+ * machine's load than those of one round). idem with its near cache is
+ * only in the last row (its replays against the best peer's) unless
+ * `nearRow`.
  */
-function table(subjects, samples, stampedes) {
+function table(subjects, samples, stampedes, nearRow) {
   const rounds = samples[subjects[0]].first.length;
   const peers = PEERS.filter((p) => samples[p]);
   const rate = (s, w) => median(samples[s][w].map((x) => x.rate));
@@ -182,6 +185,7 @@ function table(subjects, samples, stampedes) {
     '|---|---:|---:|---:|---:|---:|---:|',
   ];
   for (const s of subjects) {
+    if (s === 'idem-near' && !nearRow) continue;
     const runs = stampedes[s] ? fmt(stampedes[s].runs) : '—';
     const none = samples.plain ? ratio(s, 'first', ['plain']) : '—';
     lines.push(
@@ -190,9 +194,13 @@ function table(subjects, samples, stampedes) {
     );
   }
   if (samples.idem && peers.length) {
+    const near = samples['idem-near']
+      ? `; near cache **${ratio('idem-near', 'replay', peers)}** (${fmt(rate('idem-near', 'replay'))} req/s, ` +
+        `${cpu('idem-near', 'replay').toFixed(0)} µs)`
+      : '';
     lines.push(
-      `| idem ÷ best peer (targets 1.25, 1.2) | **${ratio('idem', 'first', peers)}** | | ` +
-        `**${ratio('idem', 'replay', peers)}** | | | |`,
+      `| idem ÷ best peer (targets 1.25, 1.2; 2 with near cache) | **${ratio('idem', 'first', peers)}** | | ` +
+        `**${ratio('idem', 'replay', peers)}**${near} | | | |`,
     );
   }
   return lines.join('\n');
@@ -260,8 +268,8 @@ async function main() {
     if (bad) console.log(`${s}: ${bad} non-2xx answers or socket errors in the measured runs`);
   }
   console.log(`load average at end: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
-  const text = table(opts.subjects, samples, stampedes);
-  console.log(text);
+  console.log(table(opts.subjects, samples, stampedes, true));
+  const text = table(opts.subjects, samples, stampedes, false);
   if (opts.markdown) writeMarkdown(opts.markdown, text);
   await redis.del(Object.values(servers).map((s) => `${s.prefix}:runs`));
   await redis.close();

@@ -26,12 +26,15 @@ function plain(app, redis) {
   app.post('/pay', express.json(), handler(redis));
 }
 
-/** idem's middleware (the `idempotence` package), before the body parser. */
-function idem(app, redis) {
-  const { openStore, idempotency } = require(path.join(__dirname, '..', '..', 'idem-node'));
-  const store = openStore(REDIS, { name: prefix });
-  app.use(idempotency({ store }));
-  app.post('/pay', express.json(), handler(redis));
+/** idem's middleware (the `idempotence` package), before the body
+ * parser; with `nearCache`, settled records are kept in the process. */
+function idem(nearCache) {
+  return (app, redis) => {
+    const { openStore, idempotency } = require(path.join(__dirname, '..', '..', 'idem-node'));
+    const store = openStore(REDIS, { name: prefix, nearCache });
+    app.use(idempotency({ store }));
+    app.post('/pay', express.json(), handler(redis));
+  };
 }
 
 /**
@@ -127,7 +130,8 @@ function powertools(localCache) {
 
 const SUBJECTS = {
   plain,
-  idem,
+  idem: idem(false),
+  'idem-near': idem(true),
   'node-idempotency': nodeIdempotency,
   'express-idempotency': expressIdempotency,
   powertools: powertools(false),
