@@ -292,7 +292,8 @@ impl RedisStore {
             .map_err(config)?;
         let client = redis::sentinel::SentinelClient::build(
             sentinels,
-            master,
+            // A `String` for redis-rs without TLS, any `AsRef<str>` with it.
+            String::from(master),
             None,
             redis::sentinel::SentinelServerType::Master,
         )

@@ -1,8 +1,6 @@
 //! A Redis URL with its TLS files: the CA to trust and the client
 //! certificate, named in the URL's query the way redis-cli names them.
 
-use std::path::Path;
-
 use idem_core::store::StoreError;
 use redis::ConnectionInfo;
 
@@ -117,16 +115,18 @@ fn certificates(files: &[(&'static str, String)]) -> Result<redis::TlsCertificat
         let Some(path) = file(name) else {
             return Ok(None);
         };
-        std::fs::read(Path::new(path)).map(Some).map_err(|error| {
-            StoreError::config(
-                BACKEND,
-                TlsFile {
-                    name,
-                    path: path.clone(),
-                    error,
-                },
-            )
-        })
+        std::fs::read(std::path::Path::new(path))
+            .map(Some)
+            .map_err(|error| {
+                StoreError::config(
+                    BACKEND,
+                    TlsFile {
+                        name,
+                        path: path.clone(),
+                        error,
+                    },
+                )
+            })
     };
     let root_cert = read(CA)?;
     let client_tls = match (read(CERT)?, read(KEY)?) {
