@@ -86,7 +86,27 @@
 //! workspace. Without default features only plain `http://` works; enable
 //! `native-tls` for the system's OpenSSL, or pass a reqwest client built
 //! with TLS (a private CA, client certificates) to
-//! [`IdemClient::from_reqwest`].
+//! [`IdemClient::from_reqwest`]. An API behind a private CA:
+//!
+//! ```no_run
+//! use idem_client::{reqwest, IdemClient};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let ca = reqwest::Certificate::from_pem(&std::fs::read("/etc/idem/ca.pem")?)?;
+//! let http = reqwest::Client::builder()
+//!     .add_root_certificate(ca)
+//!     .tls_built_in_root_certs(false) // that CA only, not Mozilla's roots
+//!     .build()?;
+//! let client = IdemClient::from_reqwest(http);
+//! # drop(client);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A certificate the client refuses fails the handshake, so nothing is
+//! sent. It counts as a connection that could not be made: it is retried
+//! within the [`RetryPolicy`], and the last failure's source names the
+//! cause (`UnknownIssuer`, an expired certificate, another host's name).
 #![forbid(unsafe_code)]
 
 mod client;

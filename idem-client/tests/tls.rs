@@ -1,0 +1,157 @@
+//! idem-client over TLS: the payments API served over rustls with a test
+//! CA, called by a client given that CA through reqwest's builder. A call
+//! sent again under its key replays; a client trusting another CA fails
+//! in the handshake, before any request reaches the server.
+
+#![cfg(feature = "rustls-tls")]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use http::StatusCode;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use idem_client::{Error, Failure, IdemClient, RetryPolicy};
+use idem_core::MemoryStore;
+use idem_demo::{Charge, Gateway};
+use idem_testing::tls::{Certs, ServerCert};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+/// The payments API over TLS on a free port: its URL by name (so the
+/// certificate's host is checked), its ledger, and the count of HTTP
+/// requests that reached it.
+async fn https_server(certs: &Certs) -> (String, Arc<Gateway>, Arc<AtomicUsize>) {
+    let (cert, key) = certs.server(ServerCert::Good);
+    let chain = CertificateDer::pem_file_iter(cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let gateway = Arc::new(Gateway::new(Duration::ZERO));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&requests);
+    let router = idem_demo::router(Arc::new(MemoryStore::new()), Arc::clone(&gateway)).layer(
+        axum::middleware::from_fn(move |request: Request, next: Next| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            next.run(request)
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (acceptor, router) = (acceptor.clone(), router.clone());
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends here.
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
+                    .await;
+            });
+        }
+    });
+    (format!("https://localhost:{port}"), gateway, requests)
+}
+
+/// An idem client that trusts the CA in `ca` and no other root.
+fn client_trusting(ca: &std::path::Path) -> IdemClient {
+    let pem = std::fs::read(ca).unwrap();
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .tls_built_in_root_certs(false)
+        .build()
+        .unwrap();
+    IdemClient::from_reqwest(http)
+}
+
+#[tokio::test]
+async fn an_https_api_is_called_and_a_call_sent_again_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::new(dir.path());
+    let (url, gateway, requests) = https_server(&certs).await;
+    let client = client_trusting(&certs.path("ca.pem"));
+    let body = json!({ "amount": 1250, "currency": "EUR" });
+    let send = || {
+        client
+            .post(format!("{url}/payments"))
+            .key("tls-order-1")
+            .json(&body)
+            .send()
+    };
+    let first = send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED, "{}", first.text());
+    assert!(!first.replayed());
+    let again = send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert!(again.replayed());
+    assert_eq!(
+        again.json::<Charge>().unwrap(),
+        first.json::<Charge>().unwrap()
+    );
+    assert_eq!(gateway.ledger().len(), 1);
+    assert_eq!(requests.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_client_trusting_another_ca_fails_before_any_request_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::new(dir.path());
+    let (url, gateway, requests) = https_server(&certs).await;
+    let client = client_trusting(&certs.path("other-ca.pem"));
+    let failed = client
+        .post(format!("{url}/payments"))
+        .key("tls-order-2")
+        .json(&json!({ "amount": 1250, "currency": "EUR" }))
+        .retry(
+            RetryPolicy::default()
+                .with_max_attempts(2)
+                .with_backoff(Duration::from_millis(1), Duration::from_millis(1)),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    let Error::GaveUp { last, .. } = &failed else {
+        panic!("{failed:?}");
+    };
+    let Failure::Transport(error) = &**last else {
+        panic!("{last:?}");
+    };
+    assert!(error.is_connect(), "{error:?}");
+    // The cause is in the error's chain: the certificate's issuer.
+    let mut chain = String::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        chain.push_str(&format!("{error}; "));
+        // An `io::Error`'s own source skips the error it wraps.
+        next = match error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    assert!(chain.contains("UnknownIssuer"), "{chain}");
+    assert_eq!(requests.load(Ordering::SeqCst), 0);
+    assert_eq!(gateway.ledger().len(), 0);
+}
