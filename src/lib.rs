@@ -124,6 +124,8 @@ mod guide {
     mod stores {}
     #[doc = include_str!("../docs/src/dynamodb.md")]
     mod dynamodb {}
+    #[doc = include_str!("../docs/src/tls.md")]
+    mod tls {}
     #[doc = include_str!("../docs/src/http.md")]
     mod http {}
     #[doc = include_str!("../docs/src/languages.md")]
