@@ -17,9 +17,7 @@ use hyper_util::service::TowerToHyperService;
 use idem_client::{Error, Failure, IdemClient, RetryPolicy};
 use idem_core::MemoryStore;
 use idem_demo::{Charge, Gateway};
-use idem_testing::tls::{Certs, ServerCert};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use idem_testing::tls::{self, Certs, ServerCert};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -27,21 +25,6 @@ use tokio::net::TcpListener;
 /// certificate's host is checked), its ledger, and the count of HTTP
 /// requests that reached it.
 async fn https_server(certs: &Certs) -> (String, Arc<Gateway>, Arc<AtomicUsize>) {
-    let (cert, key) = certs.server(ServerCert::Good);
-    let chain = CertificateDer::pem_file_iter(cert)
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(key).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let gateway = Arc::new(Gateway::new(Duration::ZERO));
     let requests = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&requests);
@@ -53,21 +36,13 @@ async fn https_server(certs: &Certs) -> (String, Arc<Gateway>, Arc<AtomicUsize>)
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let (acceptor, router) = (acceptor.clone(), router.clone());
-            tokio::spawn(async move {
-                // A client that refuses the certificate ends here.
-                let Ok(stream) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
-                    .await;
-            });
+    let config = tls::rustls_server_config(certs, ServerCert::Good);
+    tls::serve_tls(listener, config, move |stream| {
+        let router = router.clone();
+        async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
+                .await;
         }
     });
     (format!("https://localhost:{port}"), gateway, requests)

@@ -10,10 +10,8 @@ use std::sync::Arc;
 use http::HeaderName;
 use idem_http::Options;
 use idem_proxy::{Proxy, Route, UpstreamTls, UpstreamUrl};
-use idem_testing::tls::{Certs, ServerCert};
+use idem_testing::tls::{self, Certs, ServerCert};
 use idem_testing::upstream::Upstream;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::Scope;
@@ -71,36 +69,18 @@ async fn serve_to(
 /// a connection the upstream breaks breaks here too, as the proxy must
 /// see it.
 async fn terminate_tls(certs: &Certs, upstream: String) -> SocketAddr {
-    let (cert, key) = certs.server(ServerCert::Good);
-    let chain = CertificateDer::pem_file_iter(cert)
-        .unwrap()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(key).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let target = upstream.trim_start_matches("http://").to_owned();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, target) = (acceptor.clone(), target.clone());
-            tokio::spawn(async move {
-                let Ok(mut outside) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let Ok(mut inside) = TcpStream::connect(&target).await else {
-                    return;
-                };
-                let _ = inside.set_nodelay(true);
-                let _ = tokio::io::copy_bidirectional(&mut outside, &mut inside).await;
-            });
+    let config = tls::rustls_server_config(certs, ServerCert::Good);
+    tls::serve_tls(listener, config, move |mut outside| {
+        let target = target.clone();
+        async move {
+            let Ok(mut inside) = TcpStream::connect(&target).await else {
+                return;
+            };
+            let _ = inside.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(&mut outside, &mut inside).await;
         }
     });
     addr

@@ -495,3 +495,55 @@ pub fn rabbitmq_tls_server(
     }
     Ok(watched)
 }
+
+/// A rustls server configuration (ring, the safe protocol versions)
+/// presenting `which` certificate of `certs`, asking no client certificate.
+pub fn rustls_server_config(
+    certs: &Certs,
+    which: ServerCert,
+) -> std::sync::Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (cert, key) = certs.server(which);
+    let chain = CertificateDer::pem_file_iter(cert)
+        .expect("the server certificate")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("the server certificate");
+    let key = PrivateKeyDer::from_pem_file(key).expect("the server key");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("the protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("the certificate and its key");
+    std::sync::Arc::new(config)
+}
+
+/// Accepts TLS with `config` on `listener` in a task of its own and hands
+/// each connection, in a task of its own too, to `handle`. A handshake that
+/// fails (a client refusing the certificate) ends that connection only.
+pub fn serve_tls<F, Fut>(
+    listener: tokio::net::TcpListener,
+    config: std::sync::Arc<rustls::ServerConfig>,
+    handle: F,
+) where
+    F: Fn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let handle = std::sync::Arc::new(handle);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (acceptor, handle) = (acceptor.clone(), std::sync::Arc::clone(&handle));
+            tokio::spawn(async move {
+                if let Ok(stream) = acceptor.accept(stream).await {
+                    handle(stream).await;
+                }
+            });
+        }
+    });
+}

@@ -20,9 +20,9 @@ use idem_core::store::Store;
 use idem_core::{Idempotent, MemoryStore};
 use idem_http::Options;
 use idem_proxy::{Proxy, Route, UpstreamTls};
-use idem_testing::tls::{Certs, ServerCert};
+use idem_testing::tls::{self, Certs, ServerCert};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 
 use crate::support::{serve, until};
@@ -36,47 +36,24 @@ struct HttpsUpstream {
 
 impl HttpsUpstream {
     async fn start(certs: &Certs, which: ServerCert) -> HttpsUpstream {
-        let (cert, key) = certs.server(which);
-        let chain = CertificateDer::pem_file_iter(cert)
-            .unwrap()
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = PrivateKeyDer::from_pem_file(key).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&runs);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (acceptor, runs) = (acceptor.clone(), Arc::clone(&counted));
-                tokio::spawn(async move {
-                    // A client that refuses the certificate ends here.
-                    let Ok(stream) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = service_fn(move |_: Request<Incoming>| {
-                        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                        let body = Bytes::from(format!(r#"{{"run":{run}}}"#));
-                        let mut answer = Response::new(Full::new(body));
-                        *answer.status_mut() = http::StatusCode::CREATED;
-                        async move { Ok::<_, std::convert::Infallible>(answer) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
+        let config = tls::rustls_server_config(certs, which);
+        tls::serve_tls(listener, config, move |stream| {
+            let runs = Arc::clone(&counted);
+            let service = service_fn(move |_: Request<Incoming>| {
+                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                let body = Bytes::from(format!(r#"{{"run":{run}}}"#));
+                let mut answer = Response::new(Full::new(body));
+                *answer.status_mut() = http::StatusCode::CREATED;
+                async move { Ok::<_, std::convert::Infallible>(answer) }
+            });
+            async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             }
         });
         HttpsUpstream { port, runs }
