@@ -48,27 +48,44 @@ async fn https_server(certs: &Certs) -> (String, Arc<Gateway>, Arc<AtomicUsize>)
     (format!("https://localhost:{port}"), gateway, requests)
 }
 
-/// An idem client that trusts the CA in `ca` and no other root.
-fn client_trusting(ca: &std::path::Path) -> IdemClient {
-    let pem = std::fs::read(ca).unwrap();
+/// The payments API over TLS with certificates made for it, called by an
+/// idem client that trusts one CA of them and no other root.
+struct Setup {
+    client: IdemClient,
+    url: String,
+    gateway: Arc<Gateway>,
+    requests: Arc<AtomicUsize>,
+    /// The certificates, removed when the test ends.
+    _dir: tempfile::TempDir,
+}
+
+/// The client trusts the CA in `ca` (`ca.pem`, `other-ca.pem`).
+async fn setup(ca: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::new(dir.path());
+    let (url, gateway, requests) = https_server(&certs).await;
+    let pem = std::fs::read(certs.path(ca)).unwrap();
     let http = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
         .tls_built_in_root_certs(false)
         .build()
         .unwrap();
-    IdemClient::from_reqwest(http)
+    Setup {
+        client: IdemClient::from_reqwest(http),
+        url,
+        gateway,
+        requests,
+        _dir: dir,
+    }
 }
 
 #[tokio::test]
 async fn an_https_api_is_called_and_a_call_sent_again_replays() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = Certs::new(dir.path());
-    let (url, gateway, requests) = https_server(&certs).await;
-    let client = client_trusting(&certs.path("ca.pem"));
+    let api = setup("ca.pem").await;
     let body = json!({ "amount": 1250, "currency": "EUR" });
     let send = || {
-        client
-            .post(format!("{url}/payments"))
+        api.client
+            .post(format!("{}/payments", api.url))
             .key("tls-order-1")
             .json(&body)
             .send()
@@ -83,18 +100,16 @@ async fn an_https_api_is_called_and_a_call_sent_again_replays() {
         again.json::<Charge>().unwrap(),
         first.json::<Charge>().unwrap()
     );
-    assert_eq!(gateway.ledger().len(), 1);
-    assert_eq!(requests.load(Ordering::SeqCst), 2);
+    assert_eq!(api.gateway.ledger().len(), 1);
+    assert_eq!(api.requests.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
 async fn a_client_trusting_another_ca_fails_before_any_request_is_sent() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = Certs::new(dir.path());
-    let (url, gateway, requests) = https_server(&certs).await;
-    let client = client_trusting(&certs.path("other-ca.pem"));
-    let failed = client
-        .post(format!("{url}/payments"))
+    let api = setup("other-ca.pem").await;
+    let failed = api
+        .client
+        .post(format!("{}/payments", api.url))
         .key("tls-order-2")
         .json(&json!({ "amount": 1250, "currency": "EUR" }))
         .retry(
@@ -127,6 +142,6 @@ async fn a_client_trusting_another_ca_fails_before_any_request_is_sent() {
         };
     }
     assert!(chain.contains("UnknownIssuer"), "{chain}");
-    assert_eq!(requests.load(Ordering::SeqCst), 0);
-    assert_eq!(gateway.ledger().len(), 0);
+    assert_eq!(api.requests.load(Ordering::SeqCst), 0);
+    assert_eq!(api.gateway.ledger().len(), 0);
 }
