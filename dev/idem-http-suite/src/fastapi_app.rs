@@ -4,17 +4,15 @@
 //! boundary as the middleware's keyword arguments (JSON in
 //! `IDEM_OPTIONS`), read from `Options` through its public API.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 
 use http::{HeaderMap, HeaderValue, Method};
 use idem_http::{Admission, Options, Problem};
 
-use crate::backend::store_url;
-use crate::Scope;
+use crate::child_app::{config, ChildApp, Starter};
+use crate::{Adapter, Scope};
 
 /// The Python interpreter with `idempotence`, FastAPI and uvicorn, from
 /// `IDEM_HTTP_SUITE_PYTHON` (idem-python/ci.sh sets it to its venv's).
@@ -26,115 +24,28 @@ pub(crate) fn python() -> Option<String> {
 
 /// The process that forks the apps (`fastapi_app.py --zygote`), started
 /// once: its imports, most of an app's start, are paid once.
-struct Zygote {
-    _child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+static ZYGOTE: Mutex<Option<Starter>> = Mutex::new(None);
+
+fn start_zygote() -> Starter {
+    let python = python().expect("IDEM_HTTP_SUITE_PYTHON names the interpreter");
+    let mut command = Command::new(python);
+    command
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/fastapi_app.py"))
+        .arg("--zygote");
+    Starter::spawn(command, "the FastAPI apps' zygote")
 }
 
-static ZYGOTE: Mutex<Option<Zygote>> = Mutex::new(None);
-
-/// The app in its child process; dropping it kills the process.
-#[derive(Debug)]
-pub(crate) struct App {
-    pid: String,
-    addr: String,
-}
-
-impl App {
-    /// Starts the app in front of `options`' store. Panics when the store
-    /// has no URL (a store made in this process, or a wrapper of one): a
-    /// case that needs one skips `Adapter::FastApi`.
-    pub(crate) fn start(options: &Options, scope: Scope) -> App {
-        let (url, name) = store_url(options.idempotent().store()).expect(
-            "Adapter::FastApi needs a backend's store, which the app opens by URL in its process",
-        );
-        let config = serde_json::json!({
-            "IDEM_STORE_URL": url,
-            "IDEM_STORE_NAME": name,
-            "IDEM_OPTIONS": middleware_options(options).to_string(),
-            "IDEM_SCOPE": match scope {
-                Scope::TenantHeader => "tenant-header",
-                Scope::Shared => "",
-            },
-        });
-        let mut zygote = ZYGOTE.lock().unwrap_or_else(|e| e.into_inner());
-        let zygote = zygote.get_or_insert_with(Zygote::start);
-        writeln!(zygote.stdin, "{config}").expect("the zygote reads its configs");
-        let mut line = String::new();
-        zygote
-            .stdout
-            .read_line(&mut line)
-            .expect("the zygote answers");
-        let (pid, addr) = line
-            .trim()
-            .split_once(' ')
-            .unwrap_or_else(|| panic!("the zygote answered {line:?}"));
-        App {
-            pid: pid.to_owned(),
-            addr: addr.to_owned(),
-        }
-    }
-
-    /// Its address, `127.0.0.1:PORT`.
-    pub(crate) fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    /// How many times its handlers ran (`GET /effects`).
-    pub(crate) fn runs(&self) -> usize {
-        let body = self.call("GET", "/effects");
-        body.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("GET /effects answered {body:?}"))
-    }
-
-    /// Lets one request waiting at its gate through (`POST /gate`).
-    pub(crate) fn open_gate(&self) {
-        self.call("POST", "/gate");
-    }
-
-    fn call(&self, method: &str, path: &str) -> String {
-        let mut stream = TcpStream::connect(&self.addr).expect("the app is up");
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            self.addr
-        );
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).unwrap();
-        let answer = String::from_utf8_lossy(&answer);
-        let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-        assert!(head.starts_with("HTTP/1.1 2"), "{method} {path}: {head}");
-        body.to_owned()
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
+/// Starts the app in a child process in front of `options`' store;
+/// dropping it kills the process. Panics when the store has no URL: a
+/// case that needs one skips `Adapter::FastApi`.
+pub(crate) fn start(options: &Options, scope: Scope) -> ChildApp {
+    let config = config(options, scope, Adapter::FastApi);
+    let mut zygote = ZYGOTE.lock().unwrap_or_else(|e| e.into_inner());
+    let (pid, addr) = zygote.get_or_insert_with(start_zygote).start(&config);
+    ChildApp::new(addr, move || {
         // The zygote reaps it.
-        let _ = Command::new("kill").args(["-KILL", &self.pid]).status();
-    }
-}
-
-impl Zygote {
-    fn start() -> Zygote {
-        let python = python().expect("IDEM_HTTP_SUITE_PYTHON names the interpreter");
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/fastapi_app.py");
-        let mut child = Command::new(&python)
-            .arg(script)
-            .arg("--zygote")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting the FastAPI apps' zygote with {python}: {e}"));
-        Zygote {
-            stdin: child.stdin.take().expect("piped"),
-            stdout: BufReader::new(child.stdout.take().expect("piped")),
-            _child: child,
-        }
-    }
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    })
 }
 
 /// What the middleware needs of `options`, read through their public API:

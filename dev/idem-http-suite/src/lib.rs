@@ -14,6 +14,7 @@
 mod actix_app;
 mod axum_app;
 mod backend;
+mod child_app;
 mod client;
 mod express_app;
 mod fastapi_app;
@@ -143,8 +144,11 @@ impl Adapter {
     /// As [`start`](Self::start), with the scope taken as `scope` says.
     pub async fn start_scoped(self, options: Options, scope: Scope) -> (String, Arc<Handlers>) {
         let (addr, handlers) = match self.language() {
-            None if self == Adapter::FastApi => {
-                let app = Arc::new(fastapi_app::App::start(&options, scope));
+            None if self.opens_its_store_by_url() => {
+                let app = Arc::new(match self {
+                    Adapter::FastApi => fastapi_app::start(&options, scope),
+                    _ => express_app::start(&options, scope),
+                });
                 let addr = app.addr().to_owned();
                 // As a proxy's task: a case that drops its handlers still
                 // talks to the app, until the case's runtime ends.
@@ -154,22 +158,7 @@ impl Adapter {
                     drop(held);
                 });
                 let handlers = Handlers {
-                    fastapi: Some(app),
-                    ..Handlers::default()
-                };
-                (addr, Arc::new(handlers))
-            }
-            None if self == Adapter::Express => {
-                let app = Arc::new(express_app::App::start(&options, scope));
-                let addr = app.addr().to_owned();
-                // Held until the case's runtime ends, as the FastAPI app.
-                let held = Arc::clone(&app);
-                tokio::spawn(async move {
-                    std::future::pending::<()>().await;
-                    drop(held);
-                });
-                let handlers = Handlers {
-                    express: Some(app),
+                    app: Some(app),
                     ..Handlers::default()
                 };
                 (addr, Arc::new(handlers))
@@ -230,16 +219,15 @@ where
 }
 
 /// The handlers behind the middleware, counting their runs: in this
-/// process, in the upstream process behind a proxy, or in the FastAPI
-/// app's process.
+/// process, in the upstream process behind a proxy, or in the process of
+/// the FastAPI or Express app.
 #[derive(Debug)]
 pub struct Handlers {
     runs: AtomicUsize,
     /// `/gated` waits here for a permit.
     gate: Semaphore,
     upstream: Option<Arc<Upstream>>,
-    fastapi: Option<Arc<fastapi_app::App>>,
-    express: Option<Arc<express_app::App>>,
+    app: Option<Arc<child_app::ChildApp>>,
 }
 
 impl Default for Handlers {
@@ -248,8 +236,7 @@ impl Default for Handlers {
             runs: AtomicUsize::new(0),
             gate: Semaphore::new(0),
             upstream: None,
-            fastapi: None,
-            express: None,
+            app: None,
         }
     }
 }
@@ -258,10 +245,7 @@ impl Handlers {
     /// How many times a handler has run (for an upstream, one blocking
     /// call to its `GET /effects`).
     pub fn runs(&self) -> usize {
-        if let Some(app) = &self.express {
-            return app.runs();
-        }
-        match (&self.upstream, &self.fastapi) {
+        match (&self.upstream, &self.app) {
             (Some(upstream), _) => upstream.runs(),
             (_, Some(app)) => app.runs(),
             _ => self.runs.load(Ordering::SeqCst),
@@ -270,11 +254,7 @@ impl Handlers {
 
     /// Lets one request waiting at `/gated` through.
     pub fn open_gate(&self) {
-        if let Some(app) = &self.express {
-            app.open_gate();
-            return;
-        }
-        match (&self.upstream, &self.fastapi) {
+        match (&self.upstream, &self.app) {
             (Some(upstream), _) => upstream.open_gate(),
             (_, Some(app)) => app.open_gate(),
             _ => self.gate.add_permits(1),

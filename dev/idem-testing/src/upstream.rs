@@ -139,22 +139,28 @@ impl Upstream {
     }
 
     fn call(&self, method: &str, path: &str) -> String {
-        let mut stream = TcpStream::connect(&self.addr).expect("the upstream is up");
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            self.addr
-        );
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).unwrap();
-        let answer = String::from_utf8_lossy(&answer);
-        let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-        assert!(
-            head.starts_with("HTTP/1.1 2") || head.starts_with("HTTP/1.0 2"),
-            "{method} {path}: {head}"
-        );
-        body.to_owned()
+        call(&self.addr, method, path)
     }
+}
+
+/// Sends `method path` with an empty body to the server at `addr`
+/// (`127.0.0.1:PORT`) on a connection of its own, and answers the body.
+/// Blocking; panics on anything but a 2xx answer.
+pub fn call(addr: &str, method: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("the upstream is up");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.1 2") || head.starts_with("HTTP/1.0 2"),
+        "{method} {path}: {head}"
+    );
+    body.to_owned()
 }
 
 impl Drop for Upstream {
